@@ -1,0 +1,23 @@
+"""ananke_jax: grammars compiled to device tables, and a pure, jit-able constrained decode step."""
+
+from ananke_jax._src.compile.regular import compile_choices as compile_choices
+from ananke_jax._src.compile.regular import compile_regex as compile_regex
+from ananke_jax._src.compiled import CompiledGrammar as CompiledGrammar
+from ananke_jax._src.errors import AnankeError as AnankeError
+from ananke_jax._src.errors import GrammarError as GrammarError
+from ananke_jax._src.errors import VocabularyError as VocabularyError
+from ananke_jax._src.compiled import GrammarState as GrammarState
+from ananke_jax._src.runtime.constraint import accepts as accepts
+from ananke_jax._src.runtime.constraint import advance as advance
+from ananke_jax._src.runtime.constraint import init_state as init_state
+from ananke_jax._src.runtime.constraint import is_error as is_error
+from ananke_jax._src.runtime.constraint import token_mask as token_mask
+from ananke_jax._src.runtime.masks import apply_mask as apply_mask
+from ananke_jax._src.runtime.masks import is_allowed as is_allowed
+from ananke_jax._src.runtime.masks import unpack_mask as unpack_mask
+from ananke_jax._src.runtime.sampling import SamplingParams as SamplingParams
+from ananke_jax._src.runtime.sampling import sample as sample
+from ananke_jax._src.runtime.step import constrained_step as constrained_step
+from ananke_jax._src.vocab import Vocabulary as Vocabulary
+
+__version__ = "0.1.0"

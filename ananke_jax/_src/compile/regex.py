@@ -1,0 +1,173 @@
+"""Regex and choice lists to byte automata.
+
+Patterns are parsed by the standard library's own parser (``re._parser``), so the accepted syntax
+is exactly Python's. The constraint is always a *full* match. Semantics:
+
+* ``\\d``, ``\\w`` and ``\\s`` are ASCII classes (``[0-9]``, ``[A-Za-z0-9_]``, ``[ \\t\\n\\r\\f\\v]``),
+  as with ``re.ASCII``; everything else is Unicode, compiled to UTF-8 byte sequences.
+* ``.`` excludes ``\\n`` unless the DOTALL flag (``(?s)``) is on, as in Python.
+* Lazy quantifiers match the same language as greedy ones.
+* ``^``/``\\A`` and ``$``/``\\Z`` are accepted only where they mark the start or end of the match.
+* Non-regular or match-order features (backreferences, lookaround, conditionals, atomic groups,
+  possessive quantifiers, word boundaries) and case-insensitive matching raise `GrammarError`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ananke_jax._src.compile import utf8
+from ananke_jax._src.compile.automaton import ByteDFA, Fragment, NFABuilder, determinise
+from ananke_jax._src.errors import GrammarError
+
+try:  # Python >= 3.11
+    from re import _constants as sre
+    from re import _parser as sre_parse
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as sre  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
+
+_DIGIT = [(0x30, 0x39)]
+_WORD = [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)]
+_SPACE = [(0x09, 0x0D), (0x20, 0x20)]
+_CATEGORIES = {
+    sre.CATEGORY_DIGIT: _DIGIT,
+    sre.CATEGORY_NOT_DIGIT: utf8.complement(_DIGIT),
+    sre.CATEGORY_WORD: _WORD,
+    sre.CATEGORY_NOT_WORD: utf8.complement(_WORD),
+    sre.CATEGORY_SPACE: _SPACE,
+    sre.CATEGORY_NOT_SPACE: utf8.complement(_SPACE),
+}
+_NEWLINE = 0x0A
+_START_ANCHORS = {sre.AT_BEGINNING, sre.AT_BEGINNING_STRING}
+_END_ANCHORS = {sre.AT_END, sre.AT_END_STRING}
+
+# Unsupported constructs: name, and a regex that finds where the construct is written.
+_UNSUPPORTED = {
+    sre.GROUPREF: ("backreference", r"\\[1-9]|\(\?P="),
+    sre.GROUPREF_EXISTS: ("conditional group", r"\(\?\("),
+    sre.ASSERT: ("lookaround assertion", r"\(\?<?="),
+    sre.ASSERT_NOT: ("negative lookaround assertion", r"\(\?<?!"),
+}
+for _name, _feature in (
+    ("ATOMIC_GROUP", ("atomic group", r"\(\?>")),
+    ("POSSESSIVE_REPEAT", ("possessive quantifier", r"[*+?}]\+")),
+):
+    if hasattr(sre, _name):  # Python >= 3.11
+        _UNSUPPORTED[getattr(sre, _name)] = _feature
+
+
+def regex_to_dfa(pattern: str) -> ByteDFA:
+    """Compile a Python-syntax regex (full match) to a minimal byte DFA.
+
+    Raises:
+      GrammarError: invalid syntax (with the position), an unsupported feature (named, with its
+        position), or a pattern that matches no string at all.
+    """
+    if not isinstance(pattern, str):
+        raise GrammarError(f"regex must be a str, got {type(pattern).__name__}")
+    try:
+        parsed = sre_parse.parse(pattern, 0)
+    except re.error as e:
+        raise GrammarError(f"invalid regex {pattern!r}: {e.msg} at position {e.pos}") from None
+    flags = parsed.state.flags
+    if flags & re.IGNORECASE:
+        _unsupported(pattern, "case-insensitive matching (?i)", r"\(\?[a-zA-Z]*i")
+    builder = NFABuilder()
+    fragment = _Translator(pattern, builder).sequence(list(parsed), True, True, bool(flags & re.DOTALL))
+    return _checked(determinise(builder, fragment), f"regex {pattern!r}")
+
+
+def choices_to_dfa(choices: Sequence[str | bytes]) -> ByteDFA:
+    """Compile a list of literal alternatives (str is UTF-8 encoded) to a minimal byte DFA."""
+    if isinstance(choices, (str, bytes)) or not choices:
+        raise GrammarError("choices must be a non-empty sequence of strings")
+    builder = NFABuilder()
+    parts = []
+    for c in choices:
+        if not isinstance(c, (str, bytes)):
+            raise GrammarError(f"each choice must be str or bytes, got {type(c).__name__}: {c!r}")
+        parts.append(builder.literal(c.encode("utf-8") if isinstance(c, str) else c))
+    return determinise(builder, builder.alternation(parts))
+
+
+def _checked(dfa: ByteDFA, what: str) -> ByteDFA:
+    if dfa.start == 0:
+        raise GrammarError(f"{what} matches no string: its language is empty")
+    return dfa
+
+
+def _unsupported(pattern: str, feature: str, source: str):
+    m = re.search(source, pattern)
+    where = f" at position {m.start()}" if m else ""
+    raise GrammarError(f"unsupported regex feature: {feature}{where} in {pattern!r}")
+
+
+class _Translator:
+    """Walks ``re._parser``'s tree and emits NFA fragments."""
+
+    def __init__(self, pattern: str, builder: NFABuilder):
+        self.pattern = pattern
+        self.b = builder
+
+    def sequence(self, items: list, at_start: bool, at_end: bool, dotall: bool) -> Fragment:
+        # Zero-width anchors at the ends do not move the "at start/end" position.
+        first = next((i for i, it in enumerate(items) if not _is_anchor(it)), len(items))
+        last = max((i for i, it in enumerate(items) if not _is_anchor(it)), default=-1)
+        parts = [
+            self.item(op, av, at_start and i <= first, at_end and i >= last, dotall)
+            for i, (op, av) in enumerate(items)
+        ]
+        return self.b.concat(parts)
+
+    def item(self, op, av, at_start: bool, at_end: bool, dotall: bool) -> Fragment:
+        b = self.b
+        if op is sre.LITERAL:
+            return b.code_points([(av, av)])
+        if op is sre.NOT_LITERAL:
+            return b.code_points(utf8.complement([(av, av)]))
+        if op is sre.ANY:
+            return b.code_points([(0, utf8.MAX_CODE_POINT)] if dotall else utf8.complement([(_NEWLINE, _NEWLINE)]))
+        if op is sre.IN:
+            return b.code_points(self.char_class(av))
+        if op is sre.BRANCH:
+            return b.alternation([self.sequence(list(alt), at_start, at_end, dotall) for alt in av[1]])
+        if op is sre.SUBPATTERN:
+            _group, add_flags, del_flags, body = av
+            if add_flags & re.IGNORECASE:
+                _unsupported(self.pattern, "case-insensitive matching (?i)", r"\(\?[a-zA-Z]*i")
+            dotall = (dotall or bool(add_flags & re.DOTALL)) and not del_flags & re.DOTALL
+            return self.sequence(list(body), at_start, at_end, dotall)
+        if op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
+            lo, hi, body = av
+            upper = None if hi is sre.MAXREPEAT else hi
+            return b.repeat(lambda: self.sequence(list(body), False, False, dotall), lo, upper)
+        if op is sre.AT:
+            if (av in _START_ANCHORS and at_start) or (av in _END_ANCHORS and at_end):
+                return b.empty()
+            if av in _START_ANCHORS | _END_ANCHORS:
+                _unsupported(self.pattern, "anchor away from the ends of the pattern", r"\^|\$|\\[AZ]")
+            _unsupported(self.pattern, "word boundary", r"\\[bB]")
+        if op in _UNSUPPORTED:
+            _unsupported(self.pattern, *_UNSUPPORTED[op])
+        _unsupported(self.pattern, f"regex construct {op}", r"$^")
+
+    def char_class(self, items) -> list[tuple[int, int]]:
+        negate = bool(items) and items[0][0] is sre.NEGATE
+        ranges: list[tuple[int, int]] = []
+        for op, av in items[negate:]:
+            if op is sre.LITERAL:
+                ranges.append((av, av))
+            elif op is sre.RANGE:
+                ranges.append(av)
+            elif op is sre.CATEGORY and av in _CATEGORIES:
+                ranges.extend(_CATEGORIES[av])
+            else:
+                _unsupported(self.pattern, f"character-class item {op} {av}", r"\[")
+        return utf8.complement(ranges) if negate else ranges
+
+
+def _is_anchor(item) -> bool:
+    op, av = item
+    return op is sre.AT and av in _START_ANCHORS | _END_ANCHORS

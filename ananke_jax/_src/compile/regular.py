@@ -1,0 +1,37 @@
+"""Entry points that compile regular languages (regexes, choice lists) against a vocabulary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ananke_jax._src.compile.automaton import ByteDFA
+from ananke_jax._src.compile.regex import choices_to_dfa, regex_to_dfa
+from ananke_jax._src.compile.token_table import token_tables
+from ananke_jax._src.compiled import CompiledGrammar, from_numpy
+from ananke_jax._src.vocab import Vocabulary
+
+
+def compile_regex(pattern: str, vocab: Vocabulary) -> CompiledGrammar:
+    """Compile a regex (Python syntax, full match; see `ananke_jax.regex` notes) for ``vocab``.
+
+    Raises:
+      GrammarError: invalid or unsupported pattern, or an empty language.
+    """
+    return compile_dfa(regex_to_dfa(pattern), vocab)
+
+
+def compile_choices(choices: Sequence[str | bytes], vocab: Vocabulary) -> CompiledGrammar:
+    """Compile a constraint that the output is exactly one of ``choices``."""
+    return compile_dfa(choices_to_dfa(choices), vocab)
+
+
+def compile_dfa(dfa: ByteDFA, vocab: Vocabulary) -> CompiledGrammar:
+    """Align a byte DFA with ``vocab`` and move the tables to the device."""
+    if not isinstance(vocab, Vocabulary):
+        raise TypeError(f"vocab must be an ananke_jax.Vocabulary, got {type(vocab).__name__}")
+    return from_numpy(
+        token_tables(dfa, vocab),
+        vocab_size=len(vocab),
+        logits_width=vocab.logits_width,
+        fallback_token=vocab.eos_token_ids[0],
+    )

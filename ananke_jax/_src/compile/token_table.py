@@ -1,0 +1,186 @@
+"""Token alignment: a byte DFA times a vocabulary gives token-level tables (numpy, host).
+
+The walk of every token from every DFA state is vectorised twice over: over states (rows of a
+numpy array) and over the vocabulary's prefix tree (one gather per trie level), so shared token
+prefixes are walked once. Tokens whose columns agree in every state share a *class*; the
+run-time step is then one mask-row gather and one ``next[state, class]`` gather.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA
+from ananke_jax._src.vocab import Vocabulary
+
+# Upper bound on the entries of one (states x trie nodes) block, to bound compile memory.
+_BLOCK_ENTRIES = 1 << 23
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenTrie:
+    """The vocabulary's ordinary tokens as a prefix tree laid out level by level.
+
+    Node 0 is the root; the nodes of depth d are numbered consecutively after those of depth d-1.
+
+    Attributes:
+      parents: per depth d >= 1, int32[n_d], the parent node id of each node of that depth.
+      labels: per depth d >= 1, uint8[n_d], the byte on the edge into each node.
+      token_ids: int32[N], the ordinary (non-special, non-empty) token ids.
+      token_nodes: int32[N], the node each of those tokens ends at.
+    """
+
+    parents: tuple[np.ndarray, ...]
+    labels: tuple[np.ndarray, ...]
+    token_ids: np.ndarray
+    token_nodes: np.ndarray
+
+    @property
+    def num_nodes(self) -> int:
+        return 1 + sum(len(p) for p in self.parents)
+
+
+@functools.lru_cache(maxsize=8)
+def token_trie(vocab: Vocabulary) -> TokenTrie:
+    """Build (once per vocabulary) the prefix tree of its ordinary tokens."""
+    ids = [i for i, t in enumerate(vocab.tokens) if t and i not in vocab.special_token_ids]
+    return build_trie([vocab.tokens[i] for i in ids], ids)
+
+
+def build_trie(tokens: list[bytes], ids: list[int]) -> TokenTrie:
+    """Build the prefix tree of non-empty byte strings ``tokens`` with the given ids."""
+    order = sorted(range(len(tokens)), key=tokens.__getitem__)
+    tokens = [tokens[i] for i in order]
+    ids = np.asarray(ids, np.int32)[order] if order else np.zeros(0, np.int32)
+    lengths = np.fromiter(map(len, tokens), np.int64, len(tokens))
+    width = int(lengths.max(initial=0))
+    padded = np.zeros((len(tokens), width), np.uint8)
+    flat = np.frombuffer(b"".join(tokens), np.uint8)
+    rows = np.repeat(np.arange(len(tokens)), lengths)
+    cols = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    padded[rows, cols] = flat
+    # Longest common prefix with the previous token in sorted order.
+    differs = padded[1:] != padded[:-1]
+    first_diff = np.where(differs.any(axis=1), differs.argmax(axis=1), width)
+    lcp = np.concatenate([[0], np.minimum(first_diff, np.minimum(lengths[1:], lengths[:-1]))])[: len(tokens)]
+
+    parents, labels = [], []
+    token_nodes = np.zeros(len(tokens), np.int32)
+    node_prev = np.zeros(len(tokens), np.int64)  # node of each token at depth d - 1
+    next_id = 1
+    for d in range(1, width + 1):
+        active = np.flatnonzero(lengths >= d)
+        # Tokens sharing their first d bytes are contiguous in sorted order: a new node starts
+        # wherever the length-d prefix differs from the previous token's.
+        new = lcp[active] < d
+        starters = active[new]
+        parents.append(node_prev[starters].astype(np.int32))
+        labels.append(padded[starters, d - 1])
+        node_prev[active] = next_id + np.cumsum(new) - 1
+        next_id += len(starters)
+        ends = active[lengths[active] == d]
+        token_nodes[ends] = node_prev[ends]
+    return TokenTrie(tuple(parents), tuple(labels), ids, token_nodes)
+
+
+def walk_tokens(trie: TokenTrie, transitions: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """End state of every ordinary token from each start state.
+
+    Args:
+      trie: the vocabulary's `TokenTrie`.
+      transitions: int32[S, 256] byte transitions (state 0 dead and absorbing).
+      starts: int[k] start states.
+
+    Returns:
+      int32[k, N], in the order of ``trie.token_ids``.
+    """
+    flat = transitions.reshape(-1)
+    node_states = np.empty((len(starts), trie.num_nodes), np.int32)
+    node_states[:, 0] = starts
+    offset = 1
+    for parents, labels in zip(trie.parents, trie.labels):
+        n = len(parents)
+        node_states[:, offset : offset + n] = flat.take(node_states[:, parents] * 256 + labels)
+        offset += n
+    return node_states[:, trie.token_nodes]
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenTables:
+    """Token-level tables of a regular constraint (numpy; see `CompiledGrammar` for the layout)."""
+
+    mask_rows: np.ndarray  # uint32[R, W]
+    row_of_state: np.ndarray  # int32[S]
+    class_of_token: np.ndarray  # int32[logits_width]
+    next_state: np.ndarray  # int32[S, C]
+    accepting: np.ndarray  # bool[S]
+    start: int
+
+
+def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
+    """Align a byte DFA with a vocabulary.
+
+    The states are the DFA's (0 dead) plus one *finished* state, entered by EOS from an accepting
+    state, in which only EOS is allowed. Special tokens, empty tokens and padding ids beyond the
+    tokenizer lead to the dead state from everywhere, so they are never allowed.
+    """
+    finished = dfa.num_states
+    transitions = np.vstack([dfa.transitions, np.full((1, 256), DEAD, np.int32)])
+    accepting = np.append(dfa.accepting, True)
+    eos_target = np.where(accepting, finished, DEAD).astype(np.int32)
+    num_states = finished + 1
+
+    def columns(trie: TokenTrie, eos_ids, width: int, states: np.ndarray) -> np.ndarray:
+        """int32[k, width]: the state after each token (column) from each of ``states``."""
+        out = np.zeros((len(states), width), np.int32)
+        out[:, trie.token_ids] = walk_tokens(trie, transitions, states)
+        out[:, eos_ids] = eos_target[states][:, None]
+        return out
+
+    vocab_trie, eos_ids = token_trie(vocab), list(vocab.eos_token_ids)
+    class_of_token, representatives = _token_classes(
+        lambda states: columns(vocab_trie, eos_ids, vocab.logits_width, states), num_states, vocab.logits_width
+    )
+    # The transition table needs only one column per class: walk the representatives alone.
+    ordinary = [j for j, t in enumerate(representatives) if t < len(vocab) and vocab.tokens[t] and t not in vocab.special_token_ids]
+    rep_trie = build_trie([vocab.tokens[representatives[j]] for j in ordinary], ordinary)
+    rep_eos = [j for j, t in enumerate(representatives) if t in vocab.eos_token_ids]
+    next_state = columns(rep_trie, rep_eos, len(representatives), np.arange(num_states))
+
+    unique_rows, row_of_state = np.unique(next_state != DEAD, axis=0, return_inverse=True)
+    width = -(-vocab.logits_width // 32)
+    bits = np.zeros((len(unique_rows), 32 * width), bool)
+    bits[:, : vocab.logits_width] = unique_rows[:, class_of_token]
+    mask_rows = np.packbits(bits, axis=1, bitorder="little").view("<u4").astype(np.uint32)
+    return TokenTables(
+        mask_rows=mask_rows,
+        row_of_state=row_of_state.reshape(-1).astype(np.int32),
+        class_of_token=class_of_token,
+        next_state=next_state,
+        accepting=accepting,
+        start=dfa.start,
+    )
+
+
+def _token_classes(columns, num_states: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Group tokens whose columns (state after the token, for every state) are identical.
+
+    Columns are compared through two independent 64-bit random linear hashes, computed over
+    blocks of states so memory stays bounded; a collision of both has probability ~2^-120.
+
+    Returns:
+      class_of_token: int32[width]; representatives: int64[C], one token id per class.
+    """
+    multipliers = np.random.default_rng(0).integers(1, 2**63, size=(2, num_states), dtype=np.uint64) | np.uint64(1)
+    hashes = np.zeros((2, width), np.uint64)
+    block = max(1, _BLOCK_ENTRIES // width)
+    for lo in range(0, num_states, block):
+        states = np.arange(lo, min(lo + block, num_states))
+        hashes += multipliers[:, states] @ columns(states).astype(np.uint64)
+    _, representatives, class_of_token = np.unique(hashes[0], return_index=True, return_inverse=True)
+    if not (hashes[1] == hashes[1][representatives][class_of_token]).all():
+        _, representatives, class_of_token = np.unique(hashes.T, axis=0, return_index=True, return_inverse=True)
+    return class_of_token.reshape(-1).astype(np.int32), representatives

@@ -1,0 +1,110 @@
+"""`CompiledGrammar`: the immutable device tables a constraint runs on."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class GrammarState(NamedTuple):
+    """The constraint state of one sequence: a `lax.scan` carry.
+
+    Attributes:
+      node: int32[], the automaton state; 0 is the error state (a forbidden token was taken).
+    """
+
+    node: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledGrammar:
+    """Token-level tables of a regular constraint, held as device arrays (a pytree).
+
+    Only the sizes of the vocabulary are static: two grammars over one vocabulary whose tables
+    are padded to the same shapes share every compiled step function.
+
+    Attributes:
+      mask_rows: uint32[R, W], deduplicated packed masks, ``W = ceil(logits_width / 32)``; bit j
+        of word i allows token ``32 * i + j``. EOS bits are set in the rows of accepting states.
+      row_of_state: int32[S], the mask row of each state.
+      class_of_token: int32[logits_width], tokens that act alike in every state share a class.
+      next_state: int32[S, C], the state after a token of each class; state 0 is the dead
+        (error) state, whose mask is empty.
+      accepting: bool[S], states where the output is complete (EOS allowed).
+      start_state: int32[], the state before any token.
+      fallback_token: int32[], the first EOS id: what sampling returns when every token is masked.
+      vocab_size: static, number of token ids the tokenizer defines.
+      logits_width: static, width of the logits (>= vocab_size; the ids beyond are never allowed).
+    """
+
+    mask_rows: jax.Array
+    row_of_state: jax.Array
+    class_of_token: jax.Array
+    next_state: jax.Array
+    accepting: jax.Array
+    start_state: jax.Array
+    fallback_token: jax.Array
+    vocab_size: int
+    logits_width: int
+
+    def init_state(self) -> GrammarState:
+        """The state before any token."""
+        return GrammarState(node=self.start_state)
+
+    @property
+    def num_states(self) -> int:
+        return self.next_state.shape[0]
+
+    @property
+    def num_classes(self) -> int:
+        return self.next_state.shape[1]
+
+    @property
+    def mask_words(self) -> int:
+        return self.mask_rows.shape[1]
+
+    @property
+    def table_bytes(self) -> int:
+        """Bytes of device memory the tables occupy."""
+        return sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(self))
+
+    def __repr__(self) -> str:
+        return (
+            f"CompiledGrammar(kind=regular, states={self.num_states}, classes={self.num_classes}, "
+            f"mask_rows={self.mask_rows.shape[0]}, vocab_size={self.vocab_size}, "
+            f"logits_width={self.logits_width}, table_bytes={self.table_bytes:,})"
+        )
+
+
+jax.tree_util.register_dataclass(
+    CompiledGrammar,
+    data_fields=[
+        "mask_rows",
+        "row_of_state",
+        "class_of_token",
+        "next_state",
+        "accepting",
+        "start_state",
+        "fallback_token",
+    ],
+    meta_fields=["vocab_size", "logits_width"],
+)
+
+
+def from_numpy(tables, *, vocab_size: int, logits_width: int, fallback_token: int) -> CompiledGrammar:
+    """Move host tables (a `TokenTables`) to the device."""
+    return CompiledGrammar(
+        mask_rows=jnp.asarray(tables.mask_rows, jnp.uint32),
+        row_of_state=jnp.asarray(tables.row_of_state, jnp.int32),
+        class_of_token=jnp.asarray(tables.class_of_token, jnp.int32),
+        next_state=jnp.asarray(tables.next_state, jnp.int32),
+        accepting=jnp.asarray(tables.accepting, jnp.bool_),
+        start_state=jnp.asarray(tables.start, jnp.int32),
+        fallback_token=jnp.asarray(fallback_token, jnp.int32),
+        vocab_size=vocab_size,
+        logits_width=logits_width,
+    )

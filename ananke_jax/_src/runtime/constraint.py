@@ -1,0 +1,46 @@
+"""The pure run-time functions of a compiled constraint: init, mask, advance, accepts."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ananke_jax._src.compiled import CompiledGrammar, GrammarState
+
+DEAD = 0
+
+
+def init_state(cg: CompiledGrammar) -> GrammarState:
+    """The state before any token (the same as ``cg.init_state()``)."""
+    return cg.init_state()
+
+
+def token_mask(cg: CompiledGrammar, state: GrammarState) -> jax.Array:
+    """Allowed tokens as a packed bitmask.
+
+    Returns:
+      uint32[W], ``W = ceil(logits_width / 32)``; bit j of word i allows token ``32 * i + j``.
+      EOS bits are set exactly when `accepts` holds; the error state's mask is empty.
+    """
+    return cg.mask_rows[cg.row_of_state[state.node]]
+
+
+def advance(cg: CompiledGrammar, state: GrammarState, token: jax.Array) -> GrammarState:
+    """The state after ``token`` (int32[]). A token the mask forbids, or an id outside
+    ``[0, logits_width)``, leads to the error state, which is absorbing."""
+    token = jnp.asarray(token, jnp.int32)
+    in_range = (token >= 0) & (token < cg.logits_width)
+    token_class = cg.class_of_token[jnp.clip(token, 0, cg.logits_width - 1)]
+    node = jnp.where(in_range, cg.next_state[state.node, token_class], DEAD)
+    return GrammarState(node=node)
+
+
+def accepts(cg: CompiledGrammar, state: GrammarState) -> jax.Array:
+    """bool[]: the output so far is complete, so EOS is allowed now."""
+    return cg.accepting[state.node]
+
+
+def is_error(cg: CompiledGrammar, state: GrammarState) -> jax.Array:
+    """bool[]: a forbidden token was taken; nothing is allowed any more."""
+    del cg
+    return state.node == DEAD

@@ -1,0 +1,110 @@
+"""Sampling a token from (masked) logits: greedy, temperature, top-k, top-p, min-p, repetition.
+
+`SamplingParams` is a frozen, hashable dataclass: it is static configuration (pass it to `jit`
+as a static argument or close over it), so disabled filters cost nothing in the compiled step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """How a token is drawn from logits.
+
+    Attributes:
+      temperature: 0 means greedy (argmax); otherwise logits are divided by it.
+      top_k: keep the k largest logits (0: off). Ties with the k-th value are kept.
+      top_p: keep the smallest set of most likely tokens whose probability reaches top_p (1: off).
+      min_p: keep tokens whose probability is at least min_p times the largest one (0: off).
+      repetition_penalty: > 1 discourages tokens in the history (CTRL rule: positive logits are
+        divided by it, negative ones multiplied); 1 is off.
+
+    Filters apply after the temperature, in the order top-k, top-p, min-p.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+
+    def __post_init__(self):
+        checks = (
+            (self.temperature >= 0 and math.isfinite(self.temperature), "temperature must be finite and >= 0"),
+            (isinstance(self.top_k, int) and self.top_k >= 0, "top_k must be an int >= 0"),
+            (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
+            (0 <= self.min_p <= 1, "min_p must be in [0, 1]"),
+            (self.repetition_penalty > 0, "repetition_penalty must be > 0"),
+        )
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"SamplingParams: {message}, got {self}")
+
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+def sample(
+    logits: jax.Array,
+    key: jax.Array,
+    params: SamplingParams = SamplingParams(),
+    *,
+    fallback_token: jax.Array | int = 0,
+    history: jax.Array | None = None,
+) -> jax.Array:
+    """Draw one token (Gumbel-max) from one row of logits.
+
+    Args:
+      logits: float[V]; -inf entries are never drawn. Use `jax.vmap` for a batch.
+      key: a PRNG key (unused when greedy).
+      params: static `SamplingParams`.
+      fallback_token: int32[], returned when every logit is -inf (an all-masked row), so the
+        result is never NaN or an arbitrary id; `constrained_step` passes the EOS id.
+      history: optional int32[T] of previous tokens for the repetition penalty; ids < 0 are
+        padding.
+
+    Returns:
+      int32[], the token id.
+    """
+    logits = logits.astype(jnp.float32)
+    if history is not None and params.repetition_penalty != 1.0:
+        logits = apply_repetition_penalty(logits, history, params.repetition_penalty)
+    neg_inf = jnp.float32(-jnp.inf)
+    if params.temperature == 0.0:
+        token = jnp.argmax(logits)
+    else:
+        logits = logits / jnp.float32(params.temperature)
+        if params.top_k:
+            kth = jax.lax.top_k(logits, min(params.top_k, logits.shape[-1]))[0][-1]
+            logits = jnp.where(logits >= kth, logits, neg_inf)
+        if params.top_p < 1.0:
+            logits = jnp.where(logits >= _top_p_threshold(logits, params.top_p), logits, neg_inf)
+        if params.min_p > 0.0:
+            floor = jnp.max(logits) + jnp.log(jnp.float32(params.min_p))
+            logits = jnp.where(logits >= floor, logits, neg_inf)
+        token = jnp.argmax(logits + jax.random.gumbel(key, logits.shape, jnp.float32))
+    any_allowed = jnp.max(logits) > neg_inf
+    return jnp.where(any_allowed, token, fallback_token).astype(jnp.int32)
+
+
+def _top_p_threshold(logits: jax.Array, top_p: float) -> jax.Array:
+    """The smallest logit kept by nucleus filtering."""
+    ordered = jnp.sort(logits)[::-1]
+    probs = jax.nn.softmax(ordered)
+    before = jnp.cumsum(probs) - probs  # probability mass strictly above each entry
+    keep = jnp.sum(before < top_p)
+    return ordered[jnp.maximum(keep - 1, 0)]
+
+
+def apply_repetition_penalty(logits: jax.Array, history: jax.Array, penalty: float) -> jax.Array:
+    """Penalise tokens that occur in ``history`` (int32[T], ids < 0 ignored) in logits float[V]."""
+    valid = (history >= 0) & (history < logits.shape[-1])
+    seen = jnp.zeros(logits.shape, jnp.bool_).at[jnp.where(valid, history, logits.shape[-1])].set(True, mode="drop")
+    penalised = jnp.where(logits > 0, logits / penalty, logits * penalty)
+    return jnp.where(seen, penalised, logits)

@@ -1,0 +1,59 @@
+"""The constrained decode step: mask, sample, advance, as one pure function."""
+
+from __future__ import annotations
+
+import jax
+
+from ananke_jax._src.compiled import CompiledGrammar
+from ananke_jax._src.runtime.constraint import GrammarState, advance, token_mask
+from ananke_jax._src.runtime.masks import apply_mask
+from ananke_jax._src.runtime.sampling import SamplingParams, sample
+
+
+def check_logits(cg: CompiledGrammar, logits: jax.Array) -> None:
+    """Raise ValueError (at trace time: shapes are static) if ``logits`` do not fit ``cg``."""
+    width = logits.shape[-1] if logits.ndim else 0
+    if logits.ndim != 1:
+        raise ValueError(f"expected one row of logits float[V], got shape {logits.shape}; use jax.vmap for a batch")
+    if width < cg.vocab_size:
+        raise ValueError(
+            f"logits have {width} entries but the vocabulary has {cg.vocab_size} tokens: "
+            "the logits do not belong to this tokenizer"
+        )
+    if width > 32 * cg.mask_words:
+        raise ValueError(
+            f"logits have {width} entries but the grammar was compiled for logits_width={cg.logits_width}; "
+            "build the Vocabulary with logits_width equal to the model's output width"
+        )
+
+
+def constrained_step(
+    cg: CompiledGrammar,
+    state: GrammarState,
+    logits: jax.Array,
+    key: jax.Array,
+    params: SamplingParams = SamplingParams(),
+    *,
+    history: jax.Array | None = None,
+) -> tuple[jax.Array, GrammarState]:
+    """Sample one token that the grammar allows and advance the state.
+
+    EOS is allowed exactly when the output is complete. Pure and shape-static: use it under
+    `jit` (``params`` static), `vmap` (batch of states, shared or stacked tables) and `lax.scan`.
+
+    Args:
+      cg: the compiled grammar.
+      state: the current `GrammarState`.
+      logits: float[V] with ``vocab_size <= V <= 32 * ceil(logits_width / 32)``.
+      key: PRNG key.
+      params: static `SamplingParams`.
+      history: optional int32[T] previous tokens, for the repetition penalty.
+
+    Returns:
+      ``(token int32[], new_state)``. If nothing is allowed (the state is already an error), the
+      token is the first EOS id and the state stays in error.
+    """
+    check_logits(cg, logits)
+    masked = apply_mask(logits, token_mask(cg, state))
+    token = sample(masked, key, params, fallback_token=cg.fallback_token, history=history)
+    return token, advance(cg, state, token)

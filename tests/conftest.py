@@ -1,0 +1,73 @@
+"""Shared fixtures: the real Mistral vocabularies shipped with mistral-common."""
+
+import os
+
+import jax
+import pytest
+
+from ananke_jax._src.vocab import Vocabulary
+
+
+def _mistral_data_dir() -> str:
+    try:
+        import mistral_common
+    except ImportError:
+        pytest.skip("mistral-common not installed: real vocabularies unavailable")
+    return os.path.join(os.path.dirname(mistral_common.__file__), "data")
+
+
+@pytest.fixture(scope="session")
+def sentencepiece_model_path() -> str:
+    """Path of Mistral's v1 SentencePiece model (32000 pieces)."""
+    return os.path.join(_mistral_data_dir(), "tokenizer.model.v1")
+
+
+@pytest.fixture(scope="session")
+def tekken_path() -> str:
+    """Path of Mistral's Tekken tokenizer file (131072 ids)."""
+    return os.path.join(_mistral_data_dir(), "tekken_240911.json")
+
+
+@pytest.fixture(scope="session")
+def sentencepiece_vocab(sentencepiece_model_path: str) -> Vocabulary:
+    return Vocabulary.from_sentencepiece(sentencepiece_model_path)
+
+
+@pytest.fixture(scope="session")
+def tekken_vocab(tekken_path: str) -> Vocabulary:
+    return Vocabulary.from_tekken(tekken_path)
+
+
+# Strict shapes and dtypes, as equinox's tests do: an accidental broadcast is a bug.
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+@pytest.fixture(scope="session")
+def tekken_encode(tekken_path: str):
+    """Encode text with Mistral's own Tekken tokenizer (no BOS/EOS)."""
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+    tokenizer = Tekkenizer.from_file(tekken_path)
+    return lambda text: tokenizer.encode(text, bos=False, eos=False)
+
+
+@pytest.fixture(scope="session")
+def sentencepiece_encode(sentencepiece_model_path: str):
+    """Encode text with SentencePiece as it tokenizes text in the middle of a stream: without
+    the dummy-prefix space it prepends at the start of a document."""
+    import sentencepiece
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    with open(sentencepiece_model_path, "rb") as f:
+        proto.ParseFromString(f.read())
+    proto.normalizer_spec.add_dummy_prefix = False
+    processor = sentencepiece.SentencePieceProcessor(model_proto=proto.SerializeToString())
+    return lambda text: processor.encode(text)
+
+
+@pytest.fixture(scope="session", params=["sentencepiece", "tekken"])
+def real_vocab(request):
+    """(name, Vocabulary, encode) for each real vocabulary."""
+    name = request.param
+    return name, request.getfixturevalue(f"{name}_vocab"), request.getfixturevalue(f"{name}_encode")

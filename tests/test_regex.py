@@ -1,0 +1,112 @@
+"""The byte automaton of a regex against Python's `re` (full match) and `regex` (partial match)."""
+
+import re
+
+import numpy as np
+import pytest
+import regex as regex_module
+from oracles import REGEXES, random_member
+
+from ananke_jax import GrammarError
+from ananke_jax._src.compile.regex import choices_to_dfa, regex_to_dfa
+from ananke_jax._src.compile.utf8 import utf8_sequences
+
+
+def _mutations(text: str, rng: np.random.Generator, alphabet: str) -> list[str]:
+    out = []
+    for _ in range(6):
+        chars = list(text)
+        op = rng.integers(3)
+        pos = int(rng.integers(len(chars) + 1))
+        if op == 0 or not chars:
+            chars.insert(pos, str(rng.choice(list(alphabet))))
+        elif op == 1:
+            del chars[min(pos, len(chars) - 1)]
+        else:
+            chars[min(pos, len(chars) - 1)] = str(rng.choice(list(alphabet)))
+        out.append("".join(chars))
+    return out
+
+
+@pytest.mark.parametrize("pattern", REGEXES)
+def test_dfa_agrees_with_re_and_regex_partial_matching(pattern):
+    dfa = regex_to_dfa(pattern)
+    rng = np.random.default_rng(abs(hash(pattern)) % 2**32)
+    alphabet = "".join(sorted(set(pattern))) + "a0 \n\"é日😀-"
+    members = [random_member(dfa, rng).decode("utf-8") for _ in range(40)]
+    texts = set(members)
+    for m in members:
+        texts.update(_mutations(m, rng, alphabet))
+        texts.update(m[:k] for k in range(len(m)))
+    for text in sorted(texts):
+        state = dfa.walk(dfa.start, text.encode("utf-8"))
+        full = re.fullmatch(pattern, text, re.ASCII) is not None
+        partial = regex_module.fullmatch(pattern, text, flags=regex_module.ASCII, partial=True) is not None
+        assert bool(dfa.accepting[state]) == full, (pattern, text)
+        assert (state != 0) == partial, (pattern, text)
+    for m in members:
+        assert re.fullmatch(pattern, m, re.ASCII), (pattern, m)
+
+
+def test_lazy_quantifiers_match_the_same_language_as_greedy_ones():
+    lazy, greedy = regex_to_dfa(r"(ab)*?x{2,3}?y+?"), regex_to_dfa(r"(ab)*x{2,3}y+")
+    assert np.array_equal(lazy.transitions, greedy.transitions)
+    assert np.array_equal(lazy.accepting, greedy.accepting)
+
+
+def test_dfa_is_minimal_for_a_fixed_length_pattern():
+    # \d{4}-\d{2}-\d{2}: 11 live positions (0..10 bytes read) plus the dead state.
+    assert regex_to_dfa(r"\d{4}-\d{2}-\d{2}").num_states == 12
+
+
+def test_choices_match_exactly_the_listed_strings():
+    dfa = choices_to_dfa(["red", "green", "gr", b"\xff\x00", "日本"])
+    for text, expected in [(b"red", True), (b"gr", True), (b"gre", False), (b"\xff\x00", True), ("日本".encode(), True), (b"", False)]:
+        assert bool(dfa.accepting[dfa.walk(dfa.start, text)]) == expected
+
+
+def test_utf8_sequences_cover_exactly_the_code_point_range():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        lo = int(rng.integers(0, 0x10FFFF))
+        hi = min(0x10FFFF, lo + int(rng.choice([0, 1, 60, 3000, 70000])))
+        seqs = list(utf8_sequences(lo, hi))
+        probes = rng.integers(max(0, lo - 100), min(0x10FFFF, hi + 100) + 1, size=100)
+        for cp in map(int, probes):
+            if 0xD800 <= cp <= 0xDFFF:
+                continue
+            data = chr(cp).encode("utf-8")
+            inside = any(len(s) == len(data) and all(a <= x <= b for x, (a, b) in zip(data, s)) for s in seqs)
+            assert inside == (lo <= cp <= hi), (hex(lo), hex(hi), hex(cp))
+
+
+@pytest.mark.parametrize(
+    "pattern, message",
+    [
+        (r"(a)\1", "backreference at position 3"),
+        (r"a(?=b)", "lookaround assertion at position 1"),
+        (r"a(?<!b)", "negative lookaround assertion at position 1"),
+        (r"(a)?(?(1)b|c)", "conditional group at position 4"),
+        (r"(?i)abc", "case-insensitive"),
+        (r"a^b", "anchor away from the ends"),
+        (r"\bfoo", "word boundary at position 0"),
+        (r"a{2,1}", "at position 2"),
+        (r"(ab", "missing ), unterminated subpattern at position 0"),
+        (r"[^\x00-\U0010FFFF]", "language is empty"),
+    ],
+)
+def test_bad_patterns_raise_grammar_error_naming_the_problem(pattern, message):
+    with pytest.raises(GrammarError, match=re.escape(message)):
+        regex_to_dfa(pattern)
+
+
+@pytest.mark.skipif(not hasattr(re, "_constants") or not hasattr(re._constants, "POSSESSIVE_REPEAT"), reason="Python < 3.11 has no possessive quantifiers")
+def test_possessive_quantifier_is_refused():
+    with pytest.raises(GrammarError, match="possessive quantifier at position 1"):
+        regex_to_dfa(r"a*+b")
+
+
+@pytest.mark.parametrize("choices", [[], "abc", ["a", 3]])
+def test_bad_choices_raise(choices):
+    with pytest.raises(GrammarError):
+        choices_to_dfa(choices)

@@ -1,0 +1,197 @@
+"""Compiled regular constraints against brute-force references, with both real vocabularies."""
+
+import functools
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import regex as regex_module
+from oracles import REGEXES, ReferenceMasks, random_member, unpack
+
+import ananke_jax as aj
+from ananke_jax._src.compile.regex import regex_to_dfa
+
+NUM_STATES = 200
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(pattern, vocab):
+    return aj.compile_regex(pattern, vocab), regex_to_dfa(pattern)
+
+
+@functools.lru_cache(maxsize=None)
+def _reference(pattern, vocab):
+    return ReferenceMasks(_compiled(pattern, vocab)[1], vocab)
+
+
+_mask = jax.jit(aj.token_mask)
+_advance = jax.jit(aj.advance)
+_accepts = jax.jit(aj.accepts)
+
+
+def _partial_ok(pattern, data: bytes):
+    """Independent check with the `regex` module, where ``data`` is whole UTF-8 text."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return regex_module.fullmatch(pattern, text, flags=regex_module.ASCII, partial=True) is not None
+
+
+@pytest.mark.parametrize("pattern", REGEXES)
+def test_masks_match_brute_force_walk_on_random_reachable_states(pattern, real_vocab):
+    """Full-mask comparison (sound and complete) on >= 200 random reachable states."""
+    _, vocab, _ = real_vocab
+    cg, dfa = _compiled(pattern, vocab)
+    ref = _reference(pattern, vocab)
+    rng = np.random.default_rng(len(pattern) * 7919 + len(vocab))
+    eos = vocab.eos_token_ids[0]
+    checked = 0
+    for _ in range(NUM_STATES // 4):
+        state, data = cg.init_state(), b""
+        for _ in range(int(rng.integers(0, 12))):
+            ref_state = dfa.walk(dfa.start, data)
+            expected = ref.allowed(ref_state)
+            got = unpack(_mask(cg, state))
+            np.testing.assert_array_equal(got[: vocab.logits_width], expected, err_msg=f"{pattern!r} after {data!r}")
+            assert not got[vocab.logits_width :].any()
+            assert bool(_accepts(cg, state)) == bool(dfa.accepting[ref_state])
+            # Cross-check a sample of tokens with the `regex` module on whole characters.
+            for tok in rng.choice(len(vocab), 8):
+                if tok in vocab.special_token_ids:
+                    continue
+                ok = _partial_ok(pattern, data + vocab.token_bytes(int(tok)))
+                if ok is not None:
+                    assert expected[tok] == ok, (pattern, data, vocab.token_bytes(int(tok)))
+            checked += 1
+            choices = np.flatnonzero(expected)
+            choices = choices[choices != eos]
+            if not len(choices):
+                break
+            tok = int(rng.choice(choices))
+            state, data = _advance(cg, state, tok), data + vocab.token_bytes(tok)
+            assert not bool(aj.is_error(cg, state))
+    assert checked >= NUM_STATES // 4
+
+
+@pytest.mark.parametrize("pattern", REGEXES)
+def test_tokenized_members_are_accepted_token_by_token(pattern, real_vocab):
+    _, vocab, encode = real_vocab
+    cg, dfa = _compiled(pattern, vocab)
+    rng = np.random.default_rng(1)
+    for _ in range(8):
+        text = random_member(dfa, rng).decode("utf-8")
+        assert re.fullmatch(pattern, text, re.ASCII)
+        ids = encode(text)
+        assert b"".join(vocab.token_bytes(i) for i in ids) == text.encode("utf-8")
+        state, data = cg.init_state(), b""
+        for tok in ids:
+            assert bool(aj.is_allowed(_mask(cg, state), tok)), (pattern, text, data, vocab.token_bytes(tok))
+            state, data = _advance(cg, state, tok), data + vocab.token_bytes(tok)
+            prefix_complete = re.fullmatch(pattern, data.decode("utf-8", "replace"), re.ASCII) is not None
+            assert bool(_accepts(cg, state)) == (prefix_complete and data.decode("utf-8", "ignore").encode() == data)
+        assert bool(_accepts(cg, state))
+        assert bool(aj.is_allowed(_mask(cg, state), vocab.eos_token_ids[0]))
+        finished = _advance(cg, state, vocab.eos_token_ids[0])
+        assert bool(_accepts(cg, finished)) and not bool(aj.is_error(cg, finished))
+
+
+def test_forbidden_special_and_out_of_range_tokens_lead_to_the_error_state(tekken_vocab):
+    cg = aj.compile_regex(r"\d+", tekken_vocab)
+    state = cg.init_state()
+    letter = next(i for i, t in enumerate(tekken_vocab.tokens) if t == b"a")
+    bos = 1
+    for tok in (letter, bos, tekken_vocab.eos_token_ids[0], -1, cg.logits_width, 10**9):
+        bad = _advance(cg, state, tok)
+        assert bool(aj.is_error(cg, bad)) and not bool(_accepts(cg, bad))
+        assert not unpack(_mask(cg, bad)).any(), "the error state's mask is empty"
+        again = _advance(cg, bad, next(i for i, t in enumerate(tekken_vocab.tokens) if t == b"7"))
+        assert bool(aj.is_error(cg, again)), "the error state is absorbing"
+
+
+def test_padding_ids_beyond_the_tokenizer_are_never_allowed(sentencepiece_vocab):
+    vocab = aj.Vocabulary(sentencepiece_vocab.tokens, eos_token_ids=sentencepiece_vocab.eos_token_ids, special_token_ids=sentencepiece_vocab.special_token_ids, logits_width=32_100)
+    cg = aj.compile_regex(r"(?s).*", vocab)
+    bits = unpack(_mask(cg, cg.init_state()))
+    assert bits[: len(vocab)].sum() > 30_000 and not bits[len(vocab) :].any()
+
+
+def _generate(cg, key, bias, steps, params):
+    """Random-logit constrained generation inside a jitted lax.scan (the sampler's Gumbel noise
+    varies the draws from step to step around one random logit vector per sequence)."""
+    key, logits_key = jax.random.split(key)
+    logits = jax.random.normal(logits_key, (cg.logits_width,)) + bias
+
+    def step(carry, key):
+        state, done = carry
+        # A "model" that likes to finish: tokens that complete the output get a boost.
+        completes = cg.accepting[cg.next_state[state.node][cg.class_of_token]]
+        token, new_state = aj.constrained_step(cg, state, logits + 5.0 * completes, key, params)
+        new_state = jax.tree_util.tree_map(lambda a, b: jnp.where(done, a, b), state, new_state)
+        token = jnp.where(done, -1, token)
+        return (new_state, done | (token == cg.fallback_token)), token
+
+    (state, done), tokens = jax.lax.scan(step, (cg.init_state(), jnp.bool_(False)), jax.random.split(key, steps))
+    return tokens, done, state
+
+
+@pytest.mark.parametrize("pattern", REGEXES[::2])
+def test_random_logit_generation_under_jit_and_scan_matches_re(pattern, real_vocab):
+    _, vocab, _ = real_vocab
+    cg, _ = _compiled(pattern, vocab)
+    generate = jax.jit(jax.vmap(_generate, in_axes=(None, 0, None, None, None)), static_argnums=(3, 4))
+    params = aj.SamplingParams(temperature=1.0)
+    bias = np.zeros(vocab.logits_width, np.float32)
+    bias[list(vocab.eos_token_ids)] = 6.0
+    tokens, done, states = generate(cg, jax.random.split(jax.random.key(0), 12), bias, 64, params)
+    eos = vocab.eos_token_ids[0]
+    finished = 0
+    for row, is_done, node in zip(np.asarray(tokens), np.asarray(done), np.asarray(states.node)):
+        ids = [int(t) for t in row if t >= 0]
+        assert node != 0, "generation never enters the error state"
+        if is_done:
+            assert ids[-1] == eos
+            text = b"".join(vocab.token_bytes(t) for t in ids[:-1]).decode("utf-8")
+            assert re.fullmatch(pattern, text, re.ASCII), (pattern, text)
+            finished += 1
+        else:
+            assert _partial_ok(pattern, b"".join(vocab.token_bytes(t) for t in ids)) is not False
+    assert finished >= 1
+
+
+def test_jit_vmap_and_eager_agree(tekken_vocab):
+    cg = aj.compile_regex(REGEXES[2], tekken_vocab)
+    keys = jax.random.split(jax.random.key(3), 8)
+    logits = jax.random.normal(jax.random.key(4), (8, cg.logits_width))
+    params = aj.SamplingParams(temperature=0.7, top_k=50)
+    states = jax.vmap(lambda _: cg.init_state())(jnp.arange(8))
+    batched = jax.jit(jax.vmap(aj.constrained_step, in_axes=(None, 0, 0, 0, None)), static_argnums=4)(cg, states, logits, keys, params)
+    for i in range(8):
+        state_i = jax.tree_util.tree_map(lambda x: x[i], states)
+        with jax.disable_jit():
+            eager = aj.constrained_step(cg, state_i, logits[i], keys[i], params)
+        jitted = jax.jit(aj.constrained_step, static_argnums=4)(cg, state_i, logits[i], keys[i], params)
+        assert int(eager[0]) == int(jitted[0]) == int(batched[0][i])
+        assert int(eager[1].node) == int(jitted[1].node) == int(batched[1].node[i])
+    masks = jax.vmap(aj.token_mask, in_axes=(None, 0))(cg, batched[1])
+    for i in range(8):
+        np.testing.assert_array_equal(masks[i], aj.token_mask(cg, jax.tree_util.tree_map(lambda x: x[i], batched[1])))
+
+
+def test_grammars_with_equal_shapes_share_the_compiled_step(sentencepiece_vocab):
+    a = aj.compile_choices(["yes", "no"], sentencepiece_vocab)
+    b = aj.compile_choices(["ja", "ne"], sentencepiece_vocab)
+    assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+    stacked = jax.tree_util.tree_map(lambda x, y: jnp.stack([x, y]), a, b) if a.next_state.shape == b.next_state.shape and a.mask_rows.shape == b.mask_rows.shape else None
+    if stacked is not None:  # per-request grammars under vmap: a bank of stacked tables
+        masks = jax.vmap(lambda g: aj.token_mask(g, g.init_state()))(stacked)
+        np.testing.assert_array_equal(masks[0], aj.token_mask(a, a.init_state()))
+        np.testing.assert_array_equal(masks[1], aj.token_mask(b, b.init_state()))
+
+
+def test_repr_reports_states_classes_and_table_bytes(sentencepiece_vocab):
+    cg = aj.compile_regex(r"\d{4}-\d{2}-\d{2}", sentencepiece_vocab)
+    text = repr(cg)
+    assert "states=13" in text and f"table_bytes={cg.table_bytes:,}" in text and "classes=" in text
