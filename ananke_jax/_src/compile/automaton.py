@@ -194,13 +194,12 @@ def minimise(class_table: np.ndarray, accepting: np.ndarray, *, start: int, byte
     live = _co_accessible(class_table, accepting)
     # Start from {dead, live-rejecting, live-accepting}; dead-equivalent states are exactly the
     # non-co-accessible ones, so block 0 is the dead block from the first round on.
-    _, block = np.unique(np.where(live, np.where(accepting, 2, 1), 0), return_inverse=True)
+    block = row_groups(np.where(live, np.where(accepting, 2, 1), 0)[:, None])
     num_blocks = int(block.max()) + 1
     while True:
         signature = np.concatenate([block[:, None], block[class_table]], axis=1)
-        _, new_block = np.unique(signature, axis=0, return_inverse=True)
-        new_block = new_block.reshape(-1)
-        # Keep the dead block numbered 0: np.unique sorts rows, and the dead row is all zeros.
+        # The dead block stays 0: groups are numbered in row order and its row is all zeros.
+        new_block = row_groups(signature)
         count = int(new_block.max()) + 1
         if count == num_blocks:
             break
@@ -213,6 +212,21 @@ def minimise(class_table: np.ndarray, accepting: np.ndarray, *, start: int, byte
     dfa_accepting = np.zeros(num_blocks, bool)
     dfa_accepting[block] = accepting
     return ByteDFA(transitions.astype(np.int32), dfa_accepting, int(block[start]))
+
+
+def row_groups(rows: np.ndarray) -> np.ndarray:
+    """int64[N]: equal rows of ``rows`` [N, K] get equal ids, numbered in lexicographic row order.
+
+    Exact, and much faster than ``np.unique(axis=0)`` (a lexsort over the columns).
+    """
+    if rows.shape[1] == 0:
+        return np.zeros(len(rows), np.int64)
+    order = np.lexsort(rows.T[::-1])
+    ordered = rows[order]
+    starts = np.concatenate([[True], (ordered[1:] != ordered[:-1]).any(axis=1)])
+    ids = np.empty(len(rows), np.int64)
+    ids[order] = np.cumsum(starts) - 1
+    return ids
 
 
 def _co_accessible(class_table: np.ndarray, accepting: np.ndarray) -> np.ndarray:

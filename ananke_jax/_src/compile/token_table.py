@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from ananke_jax._src.compile.automaton import DEAD, ByteDFA
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
 from ananke_jax._src.vocab import Vocabulary
 
 # Upper bound on the entries of one (states x trie nodes) block, to bound compile memory.
@@ -44,10 +44,10 @@ class TokenTrie:
 
 
 @functools.lru_cache(maxsize=8)
-def token_trie(vocab: Vocabulary) -> TokenTrie:
-    """Build (once per vocabulary) the prefix tree of its ordinary tokens."""
-    ids = [i for i, t in enumerate(vocab.tokens) if t and i not in vocab.special_token_ids]
-    return build_trie([vocab.tokens[i] for i in ids], ids)
+def ordinary_token_ids(vocab: Vocabulary) -> np.ndarray:
+    """int64[N]: ids of the tokens a grammar can allow (non-special, non-empty), cached."""
+    special = vocab.special_token_ids
+    return np.asarray([i for i, t in enumerate(vocab.tokens) if t and i not in special], np.int64)
 
 
 def build_trie(tokens: list[bytes], ids: list[int]) -> TokenTrie:
@@ -87,23 +87,23 @@ def build_trie(tokens: list[bytes], ids: list[int]) -> TokenTrie:
 
 
 def walk_tokens(trie: TokenTrie, transitions: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """End state of every ordinary token from each start state.
+    """End state of every string of the trie from each start state.
 
     Args:
-      trie: the vocabulary's `TokenTrie`.
-      transitions: int32[S, 256] byte transitions (state 0 dead and absorbing).
+      trie: a `TokenTrie` over an alphabet of A symbols.
+      transitions: int32[S, A] transitions (state 0 dead and absorbing).
       starts: int[k] start states.
 
     Returns:
       int32[k, N], in the order of ``trie.token_ids``.
     """
-    flat = transitions.reshape(-1)
+    flat, alphabet = transitions.reshape(-1), transitions.shape[1]
     node_states = np.empty((len(starts), trie.num_nodes), np.int32)
     node_states[:, 0] = starts
     offset = 1
     for parents, labels in zip(trie.parents, trie.labels):
         n = len(parents)
-        node_states[:, offset : offset + n] = flat.take(node_states[:, parents] * 256 + labels)
+        node_states[:, offset : offset + n] = flat.take(node_states[:, parents] * alphabet + labels)
         offset += n
     return node_states[:, trie.token_nodes]
 
@@ -126,60 +126,85 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
     The states are the DFA's (0 dead) plus one *finished* state, entered by EOS from an accepting
     state, in which only EOS is allowed. Special tokens, empty tokens and padding ids beyond the
     tokenizer lead to the dead state from everywhere, so they are never allowed.
+
+    Bytes that act alike in every state form a byte class, and tokens that spell the same string
+    of byte classes act alike, so only the distinct class strings are walked (for a pattern like
+    ``[^"]{0,200}`` a few thousand instead of the whole vocabulary).
     """
     finished = dfa.num_states
-    transitions = np.vstack([dfa.transitions, np.full((1, 256), DEAD, np.int32)])
+    num_states = finished + 1
     accepting = np.append(dfa.accepting, True)
     eos_target = np.where(accepting, finished, DEAD).astype(np.int32)
-    num_states = finished + 1
 
-    def columns(trie: TokenTrie, eos_ids, width: int, states: np.ndarray) -> np.ndarray:
-        """int32[k, width]: the state after each token (column) from each of ``states``."""
-        out = np.zeros((len(states), width), np.int32)
+    byte_class = row_groups(dfa.transitions.T)
+    first_byte = np.zeros(int(byte_class.max()) + 1, np.int64)
+    first_byte[byte_class[::-1]] = np.arange(255, -1, -1)
+    transitions = np.vstack([dfa.transitions[:, first_byte], np.full((1, len(first_byte)), DEAD, np.int32)])
+
+    ids, tokens = ordinary_token_ids(vocab), vocab.tokens
+    translation = bytes(byte_class.astype(np.uint8))  # at most 256 classes
+    index: dict[bytes, int] = {}
+    spelling = np.array([index.setdefault(tokens[i].translate(translation), len(index)) for i in ids.tolist()], np.int64)
+    strings = list(index)
+    eos_item, never_item = len(strings), len(strings) + 1
+
+    def columns(trie: TokenTrie, states: np.ndarray) -> np.ndarray:
+        """int32[k, N + 2]: the state after each of the trie's N strings, EOS and a never-allowed
+        token (the last two columns), from each of ``states``."""
+        n = len(trie.token_ids)
+        out = np.zeros((len(states), n + 2), np.int32)
         out[:, trie.token_ids] = walk_tokens(trie, transitions, states)
-        out[:, eos_ids] = eos_target[states][:, None]
+        out[:, n] = eos_target[states]
         return out
 
-    vocab_trie, eos_ids = token_trie(vocab), list(vocab.eos_token_ids)
-    class_of_token, representatives = _token_classes(
-        lambda states: columns(vocab_trie, eos_ids, vocab.logits_width, states), num_states, vocab.logits_width
-    )
-    # The transition table needs only one column per class: walk the representatives alone.
-    ordinary = [j for j, t in enumerate(representatives) if t < len(vocab) and vocab.tokens[t] and t not in vocab.special_token_ids]
-    rep_trie = build_trie([vocab.tokens[representatives[j]] for j in ordinary], ordinary)
-    rep_eos = [j for j, t in enumerate(representatives) if t in vocab.eos_token_ids]
-    next_state = columns(rep_trie, rep_eos, len(representatives), np.arange(num_states))
+    trie = build_trie(strings, list(range(len(strings))))
+    block = max(1, _BLOCK_ENTRIES // max(trie.num_nodes, len(strings) + 2))
+    item_class, representatives = _token_classes(lambda states: columns(trie, states), num_states, block)
+    # The transition table needs one column per class: walk the representatives alone.
+    rep_strings = [strings[r] for r in representatives if r < len(strings)]
+    rep_columns = columns(build_trie(rep_strings, list(range(len(rep_strings)))), np.arange(num_states))
+    position = np.cumsum(representatives < len(strings)) - 1  # column of each string representative
+    position[representatives == eos_item] = len(rep_strings)
+    position[representatives == never_item] = len(rep_strings) + 1
+    next_state = rep_columns[:, position]
 
-    unique_rows, row_of_state = np.unique(next_state != DEAD, axis=0, return_inverse=True)
+    class_of_token = np.full(vocab.logits_width, item_class[never_item], np.int32)
+    class_of_token[ids] = item_class[spelling]
+    class_of_token[list(vocab.eos_token_ids)] = item_class[eos_item]
+
+    allowed = next_state != DEAD
+    row_of_state = row_groups(allowed)
+    unique_rows = np.zeros((int(row_of_state.max()) + 1, allowed.shape[1]), bool)
+    unique_rows[row_of_state] = allowed
     width = -(-vocab.logits_width // 32)
     bits = np.zeros((len(unique_rows), 32 * width), bool)
     bits[:, : vocab.logits_width] = unique_rows[:, class_of_token]
     mask_rows = np.packbits(bits, axis=1, bitorder="little").view("<u4").astype(np.uint32)
     return TokenTables(
         mask_rows=mask_rows,
-        row_of_state=row_of_state.reshape(-1).astype(np.int32),
+        row_of_state=row_of_state.astype(np.int32),
         class_of_token=class_of_token,
-        next_state=next_state,
+        next_state=next_state.astype(np.int32),
         accepting=accepting,
         start=dfa.start,
     )
 
 
-def _token_classes(columns, num_states: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+def _token_classes(columns, num_states: int, block: int) -> tuple[np.ndarray, np.ndarray]:
     """Group tokens whose columns (state after the token, for every state) are identical.
 
     Columns are compared through two independent 64-bit random linear hashes, computed over
     blocks of states so memory stays bounded; a collision of both has probability ~2^-120.
 
     Returns:
-      class_of_token: int32[width]; representatives: int64[C], one token id per class.
+      class_of_token: int32[N], the class of each column; representatives: int64[C], one column
+      per class.
     """
     multipliers = np.random.default_rng(0).integers(1, 2**63, size=(2, num_states), dtype=np.uint64) | np.uint64(1)
-    hashes = np.zeros((2, width), np.uint64)
-    block = max(1, _BLOCK_ENTRIES // width)
+    hashes = 0
     for lo in range(0, num_states, block):
         states = np.arange(lo, min(lo + block, num_states))
-        hashes += multipliers[:, states] @ columns(states).astype(np.uint64)
+        hashes = hashes + multipliers[:, states] @ columns(states).astype(np.uint64)
     _, representatives, class_of_token = np.unique(hashes[0], return_index=True, return_inverse=True)
     if not (hashes[1] == hashes[1][representatives][class_of_token]).all():
         _, representatives, class_of_token = np.unique(hashes.T, axis=0, return_index=True, return_inverse=True)
