@@ -22,7 +22,7 @@ from common import interleaved_medians, load_vocabularies, machine  # noqa: E402
 
 import ananke_jax as aj  # noqa: E402
 
-STEP_REGEX = r'\{"name": "[^"\\]{0,200}", "age": (0|[1-9]\d{0,2})\}'
+STEP_REGEX = r'\{"name": "[A-Za-z ]{1,40}", "email": "[a-z0-9.]+@[a-z0-9]+\.[a-z]{2,4}", "age": (0|[1-9]\d{0,2})\}'
 LOGIT_BANK = 4  # distinct logit arrays cycled through, standing in for a model's output
 
 
@@ -87,8 +87,8 @@ def main():
     print(f"\n## compile: {len(REGEXES)} test regexes (median / max ms; largest tables)")
     for name, v in vocabs.items():
         start = time.perf_counter()
-        aj.compile_regex("warm", v)  # the first compile builds the vocabulary's token trie
-        print(f"{name:>18}: first compile (builds the vocabulary trie once): {(time.perf_counter() - start) * 1e3:.0f} ms")
+        aj.compile_regex("warm", v)  # the first compile caches the ordinary token ids
+        print(f"{name:>18}: first compile (caches the ordinary token ids): {(time.perf_counter() - start) * 1e3:.0f} ms")
         times, sizes = [], []
         for pattern in REGEXES:
             start = time.perf_counter()
