@@ -49,7 +49,7 @@ def test_masks_match_brute_force_walk_on_random_reachable_states(pattern, real_v
     rng = np.random.default_rng(len(pattern) * 7919 + len(vocab))
     eos = vocab.eos_token_ids[0]
     checked = 0
-    for _ in range(NUM_STATES // 4):
+    while checked < NUM_STATES:
         state, data = cg.init_state(), b""
         for _ in range(int(rng.integers(0, 12))):
             ref_state = dfa.walk(dfa.start, data)
@@ -73,7 +73,6 @@ def test_masks_match_brute_force_walk_on_random_reachable_states(pattern, real_v
             tok = int(rng.choice(choices))
             state, data = _advance(cg, state, tok), data + vocab.token_bytes(tok)
             assert not bool(aj.is_error(cg, state))
-    assert checked >= NUM_STATES // 4
 
 
 @pytest.mark.parametrize("pattern", REGEXES)

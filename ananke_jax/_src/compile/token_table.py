@@ -1,9 +1,10 @@
 """Token alignment: a byte DFA times a vocabulary gives token-level tables (numpy, host).
 
-The walk of every token from every DFA state is vectorised twice over: over states (rows of a
-numpy array) and over the vocabulary's prefix tree (one gather per trie level), so shared token
-prefixes are walked once. Tokens whose columns agree in every state share a *class*; the
-run-time step is then one mask-row gather and one ``next[state, class]`` gather.
+Tokens are first rewritten as strings of the DFA's byte classes; only the distinct strings are
+walked, from every state at once (rows of a numpy array) and through a prefix tree (one gather
+per tree level), so shared prefixes are walked once. Tokens whose columns agree in every state
+share a *class*; the run-time step is then one mask-row gather and one ``next[state, class]``
+gather.
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ _BLOCK_ENTRIES = 1 << 23
 
 @dataclasses.dataclass(frozen=True)
 class TokenTrie:
-    """The vocabulary's ordinary tokens as a prefix tree laid out level by level.
+    """Strings over a small alphabet (token spellings) as a prefix tree laid out level by level.
 
     Node 0 is the root; the nodes of depth d are numbered consecutively after those of depth d-1.
 
     Attributes:
       parents: per depth d >= 1, int32[n_d], the parent node id of each node of that depth.
-      labels: per depth d >= 1, uint8[n_d], the byte on the edge into each node.
-      token_ids: int32[N], the ordinary (non-special, non-empty) token ids.
-      token_nodes: int32[N], the node each of those tokens ends at.
+      labels: per depth d >= 1, uint8[n_d], the symbol on the edge into each node.
+      token_ids: int32[N], the id given to each string.
+      token_nodes: int32[N], the node each string ends at.
     """
 
     parents: tuple[np.ndarray, ...]
@@ -172,22 +173,32 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
     class_of_token[ids] = item_class[spelling]
     class_of_token[list(vocab.eos_token_ids)] = item_class[eos_item]
 
-    allowed = next_state != DEAD
-    row_of_state = row_groups(allowed)
-    unique_rows = np.zeros((int(row_of_state.max()) + 1, allowed.shape[1]), bool)
-    unique_rows[row_of_state] = allowed
-    width = -(-vocab.logits_width // 32)
-    bits = np.zeros((len(unique_rows), 32 * width), bool)
-    bits[:, : vocab.logits_width] = unique_rows[:, class_of_token]
-    mask_rows = np.packbits(bits, axis=1, bitorder="little").view("<u4").astype(np.uint32)
+    mask_rows, row_of_state = _packed_mask_rows(next_state != DEAD, class_of_token)
     return TokenTables(
         mask_rows=mask_rows,
-        row_of_state=row_of_state.astype(np.int32),
+        row_of_state=row_of_state,
         class_of_token=class_of_token,
         next_state=next_state.astype(np.int32),
         accepting=accepting,
         start=dfa.start,
     )
+
+
+def _packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Deduplicated packed masks from bool[S, C] allowed classes.
+
+    Returns:
+      mask_rows uint32[R, ceil(V / 32)] (bit j of word i = token 32 * i + j) and int32[S], the
+      row of each state.
+    """
+    row_of_state = row_groups(allowed)
+    unique_rows = np.zeros((int(row_of_state.max()) + 1, allowed.shape[1]), bool)
+    unique_rows[row_of_state] = allowed
+    words = -(-len(class_of_token) // 32)
+    bits = np.zeros((len(unique_rows), 32 * words), bool)
+    bits[:, : len(class_of_token)] = unique_rows[:, class_of_token]
+    mask_rows = np.packbits(bits, axis=1, bitorder="little").view("<u4").astype(np.uint32)
+    return mask_rows, row_of_state.astype(np.int32)
 
 
 def _token_classes(columns, num_states: int, block: int) -> tuple[np.ndarray, np.ndarray]:
