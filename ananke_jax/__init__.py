@@ -1,5 +1,7 @@
 """ananke_jax: grammars compiled to device tables, and a pure, jit-able constrained decode step."""
 
+from ananke_jax._src.bank import pad_grammar as pad_grammar
+from ananke_jax._src.bank import stack_grammars as stack_grammars
 from ananke_jax._src.compile.regular import compile_choices as compile_choices
 from ananke_jax._src.compile.regular import compile_regex as compile_regex
 from ananke_jax._src.compiled import CompiledGrammar as CompiledGrammar

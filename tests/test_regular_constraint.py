@@ -179,15 +179,46 @@ def test_jit_vmap_and_eager_agree(tekken_vocab):
         np.testing.assert_array_equal(masks[i], aj.token_mask(cg, jax.tree_util.tree_map(lambda x: x[i], batched[1])))
 
 
-def test_grammars_with_equal_shapes_share_the_compiled_step(sentencepiece_vocab):
+def test_a_bank_of_padded_grammars_runs_per_request_under_vmap(sentencepiece_vocab, tekken_vocab):
+    grammars = [aj.compile_choices(["yes", "no"], sentencepiece_vocab), aj.compile_regex(r"\d{4}", sentencepiece_vocab), aj.compile_regex(r"[x-z]{3}", sentencepiece_vocab)]
+    bank = aj.stack_grammars(grammars)
+    assert bank.next_state.shape[0] == 3
+    with pytest.raises(ValueError, match="different vocabularies"):
+        aj.stack_grammars([grammars[0], aj.compile_regex("a", tekken_vocab)])
+    with pytest.raises(ValueError, match="at least one"):
+        aj.stack_grammars([])
+    keys = jax.random.split(jax.random.key(0), 3)
+    logits = jax.random.normal(jax.random.key(1), (3, sentencepiece_vocab.logits_width))
+    states = jax.vmap(lambda g: g.init_state())(bank)
+    params = aj.SamplingParams(temperature=0.0)
+    for _ in range(3):
+        masks = jax.vmap(aj.token_mask)(bank, states)
+        tokens, new_states = jax.jit(jax.vmap(aj.constrained_step, in_axes=(0, 0, 0, 0, None)), static_argnums=4)(bank, states, logits, keys, params)
+        for i, g in enumerate(grammars):
+            state_i = jax.tree_util.tree_map(lambda x: x[i], states)
+            np.testing.assert_array_equal(masks[i], aj.token_mask(g, state_i))
+            token, new_state = aj.constrained_step(g, state_i, logits[i], keys[i], params)
+            assert int(token) == int(tokens[i]) and int(new_state.node) == int(new_states.node[i])
+        states = new_states
+
+
+def test_grammars_padded_to_equal_shapes_share_one_compiled_step(sentencepiece_vocab):
     a = aj.compile_choices(["yes", "no"], sentencepiece_vocab)
-    b = aj.compile_choices(["ja", "ne"], sentencepiece_vocab)
-    assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
-    stacked = jax.tree_util.tree_map(lambda x, y: jnp.stack([x, y]), a, b) if a.next_state.shape == b.next_state.shape and a.mask_rows.shape == b.mask_rows.shape else None
-    if stacked is not None:  # per-request grammars under vmap: a bank of stacked tables
-        masks = jax.vmap(lambda g: aj.token_mask(g, g.init_state()))(stacked)
-        np.testing.assert_array_equal(masks[0], aj.token_mask(a, a.init_state()))
-        np.testing.assert_array_equal(masks[1], aj.token_mask(b, b.init_state()))
+    b = aj.compile_regex(r"[x-z]{3}", sentencepiece_vocab)
+    sizes = dict(states=max(a.num_states, b.num_states), classes=max(a.num_classes, b.num_classes), rows=8)
+    a, b = aj.pad_grammar(a, **sizes), aj.pad_grammar(b, **sizes)
+    traces = []
+
+    @jax.jit
+    def mask(g, s):
+        traces.append(1)
+        return aj.token_mask(g, s)
+
+    mask(a, a.init_state())
+    mask(b, b.init_state())
+    assert len(traces) == 1
+    with pytest.raises(ValueError, match="cannot pad a grammar with"):
+        aj.pad_grammar(a, states=1, classes=1, rows=1)
 
 
 def test_repr_reports_states_classes_and_table_bytes(sentencepiece_vocab):
