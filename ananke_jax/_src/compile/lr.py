@@ -1,0 +1,113 @@
+"""LALR(1) parse tables of a grammar IR, built with lark's LALR analyser (numpy, host).
+
+The parser works on terminals; the tables are dense int arrays that the device engine gathers
+from. Conflicts are reported with the rules involved instead of being resolved silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from lark.common import ParserConf
+from lark.grammar import NonTerminal, Rule, Terminal
+from lark.parsers.lalr_analysis import LALR_Analyzer
+
+from ananke_jax._src.errors import GrammarError
+from ananke_jax._src.ir import Grammar
+
+ERROR, SHIFT, REDUCE, ACCEPT = 0, 1, 2, 3
+END = "$END"
+
+
+@dataclasses.dataclass(frozen=True)
+class LRTables:
+    """Dense LALR(1) tables.
+
+    Attributes:
+      terminals: terminal names by column; the last column is the end of input.
+      nonterminals: nonterminal names by goto column.
+      action_kind: int8[S, T + 1], ERROR, SHIFT, REDUCE or ACCEPT.
+      action_arg: int32[S, T + 1], the state to shift to, or the rule to reduce by.
+      goto: int32[S, N], the state after reducing to a nonterminal (-1 where undefined).
+      rule_lhs: int32[R], the goto column of each rule's left-hand side.
+      rule_length: int32[R], the number of symbols each rule pops.
+      start_state: the state before any input.
+    """
+
+    terminals: tuple[str, ...]
+    nonterminals: tuple[str, ...]
+    action_kind: np.ndarray
+    action_arg: np.ndarray
+    goto: np.ndarray
+    rule_lhs: np.ndarray
+    rule_length: np.ndarray
+    start_state: int
+
+    @property
+    def num_states(self) -> int:
+        return self.goto.shape[0]
+
+
+def lr_tables(grammar: Grammar) -> LRTables:
+    """Build LALR(1) tables for ``grammar`` (its ignored terminals are not part of the rules).
+
+    Raises:
+      GrammarError: the grammar has LR conflicts; the message names the rules and terminals.
+    """
+    terminal_names = tuple(t.name for t in grammar.terminals if t.name not in grammar.ignore)
+    nonterminals = grammar.nonterminals
+    symbol = lambda name: Terminal(name) if name in grammar.terminal_names else NonTerminal(name)
+    lark_rules = [Rule(NonTerminal(r.origin), [symbol(s) for s in r.expansion], order=i) for i, r in enumerate(grammar.rules)]
+    analyzer = LALR_Analyzer(ParserConf(lark_rules, {}, [grammar.start]))
+    analyzer.compute_lr0_states()
+    analyzer.compute_reads_relations()
+    analyzer.compute_includes_lookback()
+    analyzer.compute_lookaheads()
+
+    itemsets = list(analyzer.lr0_itemsets)
+    index = {s: i for i, s in enumerate(itemsets)}
+    columns = {name: j for j, name in enumerate(terminal_names + (END,))}
+    goto_columns = {name: j for j, name in enumerate(nonterminals)}
+    rule_index = {r: i for i, r in enumerate(lark_rules)}
+    kind = np.zeros((len(itemsets), len(columns)), np.int8)
+    arg = np.zeros((len(itemsets), len(columns)), np.int32)
+    goto = np.full((len(itemsets), len(nonterminals)), -1, np.int32)
+    conflicts = []
+    for i, itemset in enumerate(itemsets):
+        for sym, target in itemset.transitions.items():
+            if sym.is_term:
+                kind[i, columns[sym.name]], arg[i, columns[sym.name]] = SHIFT, index[target]
+            elif sym.name in goto_columns:
+                goto[i, goto_columns[sym.name]] = index[target]
+        for lookahead, rules in itemset.lookaheads.items():
+            col = columns[lookahead.name]
+            own = [r for r in rules if r in rule_index]  # leaves out lark's root rule
+            if not own:
+                continue
+            if len(own) > 1 or kind[i, col] == SHIFT:
+                conflicts.append((lookahead.name, own, kind[i, col] == SHIFT))
+                continue
+            kind[i, col], arg[i, col] = REDUCE, rule_index[own[0]]
+    start_state = index[analyzer.lr0_start_states[grammar.start]]
+    # Input is complete once the start symbol has been reduced from the start state.
+    kind[goto[start_state, goto_columns[grammar.start]], columns[END]] = ACCEPT
+    if conflicts:
+        raise GrammarError("the grammar is not LALR(1):\n" + "\n".join(_describe(c, grammar) for c in conflicts[:10]))
+    return LRTables(
+        terminals=terminal_names + (END,),
+        nonterminals=nonterminals,
+        action_kind=kind,
+        action_arg=arg,
+        goto=goto,
+        rule_lhs=np.array([goto_columns[r.origin] for r in grammar.rules], np.int32),
+        rule_length=np.array([len(r.expansion) for r in grammar.rules], np.int32),
+        start_state=start_state,
+    )
+
+
+def _describe(conflict, grammar: Grammar) -> str:
+    lookahead, rules, with_shift = conflict
+    kinds = "shift/reduce" if with_shift else "reduce/reduce"
+    alternatives = "; ".join(f"{r.origin.name} ::= {' '.join(s.name for s in r.expansion) or 'ε'}" for r in rules)
+    return f"  {kinds} conflict before terminal {lookahead}: reduce by {alternatives}"

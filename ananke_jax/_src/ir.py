@@ -1,0 +1,128 @@
+"""The grammar IR every front end produces: BNF rules over named terminals.
+
+A terminal is a regex (Python syntax, full match, compiled to UTF-8 byte automata like
+`compile_regex`). Rules are plain BNF: one `Rule` per alternative, an empty expansion is the
+empty string. The language is the context-free language of the rules, with the terminals
+substituted by their regular languages; no lexer priorities apply. Terminals listed in
+``ignore`` may appear any number of times between two terminals (Lark's ``%ignore``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from ananke_jax._src.errors import GrammarError
+
+
+@dataclasses.dataclass(frozen=True)
+class TerminalDef:
+    """A named regular language: ``regex`` in Python syntax, matched in full."""
+
+    name: str
+    regex: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One alternative: ``origin ::= expansion`` (symbol names; empty means the empty string)."""
+
+    origin: str
+    expansion: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Grammar:
+    """BNF rules over terminals, a start symbol and the terminals ignored between terminals."""
+
+    rules: tuple[Rule, ...]
+    terminals: tuple[TerminalDef, ...]
+    start: str
+    ignore: tuple[str, ...] = ()
+
+    @property
+    def terminal_names(self) -> frozenset[str]:
+        return frozenset(t.name for t in self.terminals)
+
+    @property
+    def nonterminals(self) -> tuple[str, ...]:
+        """Rule names in order of first definition."""
+        return tuple(dict.fromkeys(r.origin for r in self.rules))
+
+    def rules_of(self, name: str) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if r.origin == name)
+
+    def validate(self) -> Grammar:
+        """Check the grammar is well formed; return it.
+
+        Raises:
+          GrammarError: duplicate terminal names, names both a rule and a terminal, undefined
+            symbols, an undefined start or ignored terminal, unused rules or terminals, or rules
+            that derive no string (an empty language when it is the start rule).
+        """
+        names = [t.name for t in self.terminals]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise GrammarError(f"terminals defined twice: {', '.join(duplicates)}")
+        terminals, nonterminals = self.terminal_names, set(self.nonterminals)
+        clash = sorted(terminals & nonterminals)
+        if clash:
+            raise GrammarError(f"names used for both a rule and a terminal: {', '.join(clash)}")
+        if self.start not in nonterminals:
+            raise GrammarError(f"start rule {self.start!r} is not defined")
+        undefined = sorted({s for r in self.rules for s in r.expansion} - terminals - nonterminals)
+        if undefined:
+            raise GrammarError(f"undefined symbols: {', '.join(undefined)}")
+        bad_ignore = sorted(set(self.ignore) - terminals)
+        if bad_ignore:
+            raise GrammarError(f"ignored names are not terminals: {', '.join(bad_ignore)}")
+        unused = sorted((nonterminals | terminals) - self._reachable() - set(self.ignore))
+        if unused:
+            raise GrammarError(f"unused rules or terminals (not reachable from {self.start!r}): {', '.join(unused)}")
+        barren = [n for n in self.nonterminals if n not in self.productive()]
+        if self.start in barren:
+            raise GrammarError(f"the grammar's language is empty: {self.start!r} derives no string")
+        if barren:
+            raise GrammarError(f"rules that derive no string (infinite recursion): {', '.join(barren)}")
+        return self
+
+    def productive(self) -> frozenset[str]:
+        """Nonterminals that derive at least one string of terminals."""
+        done: set[str] = set(self.terminal_names)
+        changed = True
+        while changed:
+            changed = False
+            for r in self.rules:
+                if r.origin not in done and all(s in done for s in r.expansion):
+                    done.add(r.origin)
+                    changed = True
+        return frozenset(done - self.terminal_names)
+
+    def _reachable(self) -> set[str]:
+        seen, stack = {self.start}, [self.start]
+        while stack:
+            for r in self.rules_of(stack.pop()):
+                for s in r.expansion:
+                    if s not in seen:
+                        seen.add(s)
+                        stack.append(s)
+        return seen
+
+    def __str__(self) -> str:
+        lines = []
+        for name in self.nonterminals:
+            alts = [" ".join(r.expansion) if r.expansion else "ε" for r in self.rules_of(name)]
+            lines.append(f"{name} ::= " + " | ".join(alts))
+        lines += [f"{t.name} : /{t.regex}/" for t in self.terminals]
+        lines += [f"%ignore {name}" for name in self.ignore]
+        return "\n".join(lines)
+
+
+def grammar(rules: Iterable[tuple[str, Iterable[str]]], terminals: dict[str, str], start: str, ignore=()) -> Grammar:
+    """Convenience constructor: ``grammar([("s", ["A", "s"]), ("s", [])], {"A": "a"}, "s")``."""
+    return Grammar(
+        rules=tuple(Rule(o, tuple(e)) for o, e in rules),
+        terminals=tuple(TerminalDef(n, r) for n, r in terminals.items()),
+        start=start,
+        ignore=tuple(ignore),
+    )

@@ -1,0 +1,66 @@
+"""LALR(1) tables against the Earley oracle, on terminal sequences."""
+
+import numpy as np
+import pytest
+from earley import EarleyRecogniser
+
+from ananke_jax import GrammarError
+from ananke_jax._src.compile.lr import ACCEPT, ERROR, REDUCE, SHIFT, lr_tables
+from ananke_jax._src.ir import grammar
+
+ARITHMETIC = grammar(
+    [("e", ["e", "PLUS", "t"]), ("e", ["t"]), ("t", ["t", "STAR", "f"]), ("t", ["f"]), ("f", ["LP", "e", "RP"]), ("f", ["NUM"])],
+    {"PLUS": r"\+", "STAR": r"\*", "LP": r"\(", "RP": r"\)", "NUM": "n"},
+    "e",
+)
+# Nullable rules, right recursion and a list with separators.
+LISTS = grammar(
+    [("s", ["LB", "items", "RB"]), ("items", []), ("items", ["item", "more"]), ("more", []), ("more", ["COMMA", "item", "more"]), ("item", ["X"]), ("item", ["s"])],
+    {"LB": r"\[", "RB": r"\]", "COMMA": ",", "X": "x"},
+    "s",
+)
+
+
+def lr_parse(tables, terminals: list[str]) -> str:
+    """'accept', 'viable' (a prefix the parser took without error) or 'error', by plain LR."""
+    stack = [tables.start_state]
+    column = {name: j for j, name in enumerate(tables.terminals)}
+    for name in [*terminals, "$END"]:
+        while True:
+            kind, arg = tables.action_kind[stack[-1], column[name]], tables.action_arg[stack[-1], column[name]]
+            if kind == SHIFT:
+                stack.append(int(arg))
+                break
+            if kind == REDUCE:
+                del stack[len(stack) - int(tables.rule_length[arg]) :]
+                stack.append(int(tables.goto[stack[-1], tables.rule_lhs[arg]]))
+                continue
+            if kind == ACCEPT and name == "$END":
+                return "accept"
+            return "error" if name != "$END" else "viable"
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("g", [ARITHMETIC, LISTS], ids=["arithmetic", "lists"])
+def test_lr_agrees_with_earley_on_random_terminal_sequences(g):
+    tables = lr_tables(g.validate())
+    earley = EarleyRecogniser(g)
+    char = {t.name: t.regex.replace("\\", "") for t in g.terminals}
+    names = list(char)
+    rng = np.random.default_rng(0)
+    seen = {"accept": 0, "viable": 0, "error": 0}
+    for _ in range(2500):
+        seq = [str(x) for x in rng.choice(names, size=int(rng.integers(0, 9)))]
+        data = "".join(char[n] for n in seq).encode()
+        result = lr_parse(tables, seq)
+        seen[result] += 1
+        assert (result == "accept") == earley.accepts(data), seq
+        assert (result != "error") == earley.viable(data), seq
+    assert min(seen.values()) >= 10  # every outcome is exercised
+
+
+def test_conflicts_are_refused_naming_the_rules():
+    ambiguous = grammar([("e", ["e", "PLUS", "e"]), ("e", ["NUM"])], {"PLUS": r"\+", "NUM": "[0-9]+"}, "e")
+    with pytest.raises(GrammarError, match=r"shift/reduce conflict before terminal PLUS: reduce by e ::= e PLUS e"):
+        lr_tables(ambiguous)
+    assert ERROR == 0  # the zero of the action table is the error action
