@@ -110,6 +110,38 @@ def walk_tokens(trie: TokenTrie, transitions: np.ndarray, starts: np.ndarray) ->
 
 
 @dataclasses.dataclass(frozen=True)
+class Spelling:
+    """The vocabulary's ordinary tokens rewritten over an automaton's byte classes.
+
+    Bytes that act alike in every state form a class, and tokens spelling the same string of
+    classes act alike, so only the distinct strings need walking.
+
+    Attributes:
+      transitions: int32[S, K], the automaton's transitions per byte class.
+      strings: the distinct class strings.
+      token_ids: int64[N], the ordinary token ids.
+      spelling: int64[N], the index in ``strings`` of each of those tokens.
+    """
+
+    transitions: np.ndarray
+    strings: list[bytes]
+    token_ids: np.ndarray
+    spelling: np.ndarray
+
+
+def spell_tokens(transitions: np.ndarray, vocab: Vocabulary) -> Spelling:
+    """Rewrite the ordinary tokens of ``vocab`` over the byte classes of ``transitions`` [S, 256]."""
+    byte_class = row_groups(transitions.T)
+    first_byte = np.zeros(int(byte_class.max()) + 1, np.int64)
+    first_byte[byte_class[::-1]] = np.arange(255, -1, -1)
+    ids, tokens = ordinary_token_ids(vocab), vocab.tokens
+    translation = bytes(byte_class.astype(np.uint8))  # at most 256 classes
+    index: dict[bytes, int] = {}
+    spelling = np.array([index.setdefault(tokens[i].translate(translation), len(index)) for i in ids.tolist()], np.int64)
+    return Spelling(transitions[:, first_byte], list(index), ids, spelling)
+
+
+@dataclasses.dataclass(frozen=True)
 class TokenTables:
     """Token-level tables of a regular constraint (numpy; see `CompiledGrammar` for the layout)."""
 
@@ -137,16 +169,9 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
     accepting = np.append(dfa.accepting, True)
     eos_target = np.where(accepting, finished, DEAD).astype(np.int32)
 
-    byte_class = row_groups(dfa.transitions.T)
-    first_byte = np.zeros(int(byte_class.max()) + 1, np.int64)
-    first_byte[byte_class[::-1]] = np.arange(255, -1, -1)
-    transitions = np.vstack([dfa.transitions[:, first_byte], np.full((1, len(first_byte)), DEAD, np.int32)])
-
-    ids, tokens = ordinary_token_ids(vocab), vocab.tokens
-    translation = bytes(byte_class.astype(np.uint8))  # at most 256 classes
-    index: dict[bytes, int] = {}
-    spelling = np.array([index.setdefault(tokens[i].translate(translation), len(index)) for i in ids.tolist()], np.int64)
-    strings = list(index)
+    spelled = spell_tokens(dfa.transitions, vocab)
+    transitions = np.vstack([spelled.transitions, np.full((1, spelled.transitions.shape[1]), DEAD, np.int32)])
+    ids, spelling, strings = spelled.token_ids, spelled.spelling, spelled.strings
     eos_item, never_item = len(strings), len(strings) + 1
 
     def columns(trie: TokenTrie, states: np.ndarray) -> np.ndarray:

@@ -6,28 +6,37 @@ import jax
 import jax.numpy as jnp
 
 from ananke_jax._src.compiled import CompiledGrammar, GrammarState
+from ananke_jax._src.compiled_cfg import CFGState, CompiledCFG
+from ananke_jax._src.runtime import pushdown
+
+Constraint = CompiledGrammar | CompiledCFG
+State = GrammarState | CFGState
 
 DEAD = 0
 
 
-def init_state(cg: CompiledGrammar) -> GrammarState:
+def init_state(cg: Constraint) -> State:
     """The state before any token (the same as ``cg.init_state()``)."""
     return cg.init_state()
 
 
-def token_mask(cg: CompiledGrammar, state: GrammarState) -> jax.Array:
+def token_mask(cg: Constraint, state: State) -> jax.Array:
     """Allowed tokens as a packed bitmask.
 
     Returns:
       uint32[W], ``W = ceil(logits_width / 32)``; bit j of word i allows token ``32 * i + j``.
       EOS bits are set exactly when `accepts` holds; the error state's mask is empty.
     """
+    if isinstance(cg, CompiledCFG):
+        return pushdown.cfg_token_mask(cg, state)
     return cg.mask_rows[cg.row_of_state[state.node]]
 
 
-def advance(cg: CompiledGrammar, state: GrammarState, token: jax.Array) -> GrammarState:
+def advance(cg: Constraint, state: State, token: jax.Array) -> State:
     """The state after ``token`` (int32[]). A token the mask forbids, or an id outside
     ``[0, logits_width)``, leads to the error state, which is absorbing."""
+    if isinstance(cg, CompiledCFG):
+        return pushdown.cfg_advance(cg, state, token)
     token = jnp.asarray(token, jnp.int32)
     in_range = (token >= 0) & (token < cg.logits_width)
     token_class = cg.class_of_token[jnp.clip(token, 0, cg.logits_width - 1)]
@@ -35,12 +44,15 @@ def advance(cg: CompiledGrammar, state: GrammarState, token: jax.Array) -> Gramm
     return GrammarState(node=node)
 
 
-def accepts(cg: CompiledGrammar, state: GrammarState) -> jax.Array:
+def accepts(cg: Constraint, state: State) -> jax.Array:
     """bool[]: the output so far is complete, so EOS is allowed now."""
+    if isinstance(cg, CompiledCFG):
+        return pushdown.cfg_accepts(cg, state)
     return cg.accepting[state.node]
 
 
-def is_error(cg: CompiledGrammar, state: GrammarState) -> jax.Array:
+def is_error(cg: Constraint, state: State) -> jax.Array:
     """bool[]: a forbidden token was taken; nothing is allowed any more."""
-    del cg
+    if isinstance(cg, CompiledCFG):
+        return pushdown.cfg_is_error(cg, state)
     return state.node == DEAD

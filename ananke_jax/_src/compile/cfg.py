@@ -1,0 +1,274 @@
+"""Token-level tables of a context-free grammar (numpy, host).
+
+From each lexer state, a token's bytes may complete terminals on the way; since the lexer has
+no priorities, every place where a terminal ends may be a cut or not. A token's *outcome* is one
+way through: the terminals it completes (ignored ones left out) and the lexer state after its
+last byte. Whether an outcome is possible depends on the parser's stack only, so the device
+checks outcomes, not tokens: a token is allowed when one of its outcomes is. This module lists
+the outcomes of every (lexer state, token) pair, walking the distinct byte-class spellings of
+the vocabulary through a prefix tree from all lexer states at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from ananke_jax._src.compile.automaton import DEAD
+from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
+from ananke_jax._src.compile.lr import LRTables, lr_tables
+from ananke_jax._src.compile.token_table import build_trie, spell_tokens
+from ananke_jax._src.compiled_cfg import CompiledCFG
+from ananke_jax._src.errors import GrammarError
+from ananke_jax._src.ir import Grammar
+from ananke_jax._src.vocab import Vocabulary
+
+EMPTY_SET = 0  # the outcome set of tokens that are never allowed
+MAX_FRONTIER = 20_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class CFGTables:
+    """Everything the pushdown engine gathers from (see `CompiledCFG` for the device layout).
+
+    Attributes:
+      lexer: the terminals' product automaton.
+      lr: the LALR(1) tables.
+      lr_column: int32[n], the LR column of each lexer terminal (-1 for ignored terminals).
+      outcome_terminals: int32[O, M], the LR columns an outcome completes (padded with -1).
+      outcome_length: int32[O].
+      outcome_lexer: int32[O], the lexer state after the token.
+      set_outcomes: int32[NS, Z], the outcomes of each outcome set (padded with -1); set 0 is
+        empty.
+      token_set: int32[Q, logits_width], the outcome set of each token from each lexer state.
+      state_outcomes: int32[Q, P], the outcomes that occur from each lexer state (padded -1).
+    """
+
+    lexer: Lexer
+    lr: LRTables
+    lr_column: np.ndarray
+    outcome_terminals: np.ndarray
+    outcome_length: np.ndarray
+    outcome_lexer: np.ndarray
+    set_outcomes: np.ndarray
+    token_set: np.ndarray
+    state_outcomes: np.ndarray
+
+
+def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
+    """Compile a validated grammar IR against a vocabulary.
+
+    Raises:
+      GrammarError: LR conflicts, or terminals too complex to combine.
+    """
+    grammar, dfas = without_empty_terminals(grammar.validate())
+    lexer = build_lexer(grammar.terminals, dfas)
+    lr = lr_tables(grammar)
+    column = {name: j for j, name in enumerate(lr.terminals)}
+    lr_column = np.array([column.get(name, -1) if name not in grammar.ignore else -1 for name in lexer.terminals], np.int32)
+
+    spelled = spell_tokens(lexer.transitions, vocab)
+    walk = _walk_outcomes(lexer, spelled.transitions, spelled.strings, lr_column)
+    q, string, outcome, terminals, lengths, lexer_after = walk
+    group_q, group_string, set_of_group, set_outcomes = _outcome_sets(q, string, outcome)
+
+    group_set = np.full((lexer.num_states, len(spelled.strings)), EMPTY_SET, np.int32)
+    group_set[group_q, group_string] = set_of_group
+    token_set = np.full((lexer.num_states, vocab.logits_width), EMPTY_SET, np.int32)
+    token_set[:, spelled.token_ids] = group_set[:, spelled.spelling]
+
+    return CFGTables(
+        lexer=lexer,
+        lr=lr,
+        lr_column=lr_column,
+        outcome_terminals=terminals,
+        outcome_length=lengths,
+        outcome_lexer=lexer_after,
+        set_outcomes=set_outcomes,
+        token_set=token_set,
+        state_outcomes=_padded_groups(*_unique_pairs(q, outcome), lexer.num_states),
+    )
+
+
+def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], lr_column: np.ndarray):
+    """All outcomes of every (lexer state, class string), by a breadth-first walk of the trie.
+
+    Returns:
+      Per (state, string, outcome) triple, deduplicated: q, string, outcome (int64 arrays);
+      and per outcome: the padded LR columns it completes, their count and the final lexer state.
+    """
+    trie = build_trie(strings, list(range(len(strings))))
+    string_at = np.full(trie.num_nodes, -1, np.int64)
+    string_at[trie.token_nodes] = trie.token_ids
+    ends = lexer.ends
+    start_row = transitions[lexer.start]
+    # Interned terminal sequences: id 0 is empty; sequence i = sequence parent[i] + column[i].
+    seq_parent, seq_column, seq_index = [0], [-1], {}
+
+    def extend(seqs: np.ndarray, terminal: np.ndarray) -> np.ndarray:
+        cols = lr_column[terminal]
+        keys = seqs * (len(lr_column) + 1) + terminal
+        unique, inverse = np.unique(keys[cols >= 0], return_inverse=True)
+        ids = np.empty(len(unique), np.int64)
+        for j, key in enumerate(unique.tolist()):
+            if key not in seq_index:
+                seq_index[key] = len(seq_parent)
+                seq_parent.append(key // (len(lr_column) + 1))
+                seq_column.append(int(lr_column[key % (len(lr_column) + 1)]))
+            ids[j] = seq_index[key]
+        out = seqs.copy()  # ignored terminals leave the sequence as it is
+        out[cols >= 0] = ids[inverse.reshape(-1)]
+        return out
+
+    live = np.arange(1, lexer.num_states)
+    frontier = np.stack([live, np.zeros_like(live), live, np.zeros_like(live)], axis=1).astype(np.int64)
+    found = []
+    offset = 1
+    for parents, labels in zip(trie.parents, trie.labels):
+        children = offset + np.arange(len(parents))
+        offset += len(parents)
+        order = np.argsort(frontier[:, 1], kind="stable")
+        nodes = frontier[order, 1]
+        lo, hi = np.searchsorted(nodes, parents, "left"), np.searchsorted(nodes, parents, "right")
+        counts = hi - lo
+        pick = order[np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(counts.sum())]
+        child, label = np.repeat(children, counts), np.repeat(labels.astype(np.int64), counts)
+        q, lex, seq = frontier[pick, 0], frontier[pick, 2], frontier[pick, 3]
+        # Read on inside the current terminal...
+        cont = transitions[lex, label]
+        # ...or cut after a terminal that ends here and start the next one with this byte.
+        pair, terminal = np.nonzero(ends[lex])
+        cut = start_row[label[pair]]
+        rows = np.concatenate(
+            [
+                np.stack([q, child, cont, seq], axis=1)[cont != DEAD],
+                np.stack([q[pair], child[pair], cut, extend(seq[pair], terminal)], axis=1)[cut != DEAD],
+            ]
+        )
+        frontier = np.unique(rows, axis=0) if len(rows) else rows.reshape(0, 4)
+        if len(frontier) > MAX_FRONTIER:
+            raise GrammarError("the grammar's lexer is too ambiguous for this vocabulary")
+        at_end = string_at[frontier[:, 1]] >= 0
+        found.append(frontier[at_end])
+    found = np.concatenate(found) if found else np.zeros((0, 4), np.int64)
+
+    # An outcome is a (terminal sequence, final lexer state) pair.
+    pairs = found[:, 3] * lexer.num_states + found[:, 2]
+    unique_pairs, outcome = np.unique(pairs, return_inverse=True)
+    seqs, lexer_after = unique_pairs // lexer.num_states, unique_pairs % lexer.num_states
+    terminals, lengths = _materialise(np.asarray(seq_parent), np.asarray(seq_column), seqs)
+    return found[:, 0], string_at[found[:, 1]], outcome.reshape(-1), terminals, lengths, lexer_after.astype(np.int32)
+
+
+def _materialise(parent: np.ndarray, column: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int32[O, M] columns of the interned sequences (padded -1) and int32[O] lengths."""
+    reversed_cols, cur = [], seqs.copy()
+    while (cur > 0).any():
+        reversed_cols.append(np.where(cur > 0, column[cur], -1))
+        cur = np.where(cur > 0, parent[cur], 0)
+    lengths = (np.stack(reversed_cols, axis=1) >= 0).sum(axis=1) if reversed_cols else np.zeros(len(seqs), np.int64)
+    width = max(1, len(reversed_cols))
+    out = np.full((len(seqs), width), -1, np.int32)
+    for i, cols in enumerate(reversed_cols):  # column i holds the i-th terminal from the end
+        rows = np.flatnonzero(cols >= 0)
+        out[rows, lengths[rows] - 1 - i] = cols[rows]
+    return out, lengths.astype(np.int32)
+
+
+def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intern the set of outcomes of each (state, string) group.
+
+    Returns:
+      The state, string and set id of each group, and int32[NS, Z], the outcomes of each set
+      padded with -1 (set 0 is empty).
+    """
+    stride = int(string.max(initial=0)) + 1
+    groups, members = _unique_pairs(q * stride + string, outcome)
+    # Sets are compared by two random 64-bit sums of their members (collisions ~2^-120).
+    rng = np.random.default_rng(0)
+    weights = rng.integers(1, 2**63, size=(2, int(outcome.max(initial=0)) + 1), dtype=np.uint64)
+    starts = np.flatnonzero(np.concatenate([[True], groups[1:] != groups[:-1]]))
+    keys = np.stack([np.add.reduceat(weights[0][members], starts), np.add.reduceat(weights[1][members], starts)], axis=1) if len(starts) else np.zeros((0, 2), np.uint64)
+    _, first, set_of_group = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    sizes = np.diff(np.append(starts, len(members)))
+    width = int(sizes.max(initial=1))
+    set_outcomes = np.full((len(first) + 1, width), -1, np.int32)
+    for j, g in enumerate(first.tolist()):
+        set_outcomes[j + 1, : sizes[g]] = members[starts[g] : starts[g] + sizes[g]]
+    keys = groups[starts]
+    return keys // stride, keys % stride, (set_of_group.reshape(-1) + 1).astype(np.int32), set_outcomes
+
+
+def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unique (a, b) pairs sorted by a then b."""
+    pairs = np.unique(np.stack([a, b], axis=1), axis=0) if len(a) else np.zeros((0, 2), np.int64)
+    return pairs[:, 0], pairs[:, 1]
+
+
+def _padded_groups(keys: np.ndarray, values: np.ndarray, num_keys: int) -> np.ndarray:
+    """int32[num_keys, P]: the values of each key (sorted input), padded with -1."""
+    counts = np.bincount(keys, minlength=num_keys)
+    out = np.full((num_keys, max(1, int(counts.max(initial=0)))), -1, np.int32)
+    rank = np.arange(len(keys)) - np.repeat(np.cumsum(counts) - counts, counts)
+    out[keys, rank] = values
+    return out
+
+
+def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, max_configs: int = 4) -> CompiledCFG:
+    """Compile a grammar IR for ``vocab`` into the pushdown engine's device tables.
+
+    Args:
+      grammar: the grammar IR.
+      vocab: the vocabulary.
+      stack_depth: static LR stack depth D; deeper nesting is masked and flagged.
+      max_configs: static number K of parse configurations kept for lexing ambiguity.
+
+    Raises:
+      GrammarError: malformed grammar, empty language or LR conflicts.
+    """
+    if stack_depth < 2 or max_configs < 1:
+        raise ValueError(f"need stack_depth >= 2 and max_configs >= 1, got {stack_depth}, {max_configs}")
+    t = cfg_tables(grammar, vocab)
+    lexer, lr = t.lexer, t.lr
+    n, columns, end = len(lexer.terminals), len(lr.terminals), len(lr.terminals) - 1
+    pending_columns = np.zeros((lexer.num_states, columns), bool)
+    for i, col in enumerate(t.lr_column):
+        if col >= 0:
+            pending_columns[:, col] |= lexer.alive[:, i]
+    is_start = np.arange(lexer.num_states) == lexer.start
+    pending_free = is_start | (lexer.alive & (t.lr_column < 0)).any(axis=1)
+    eos_terminals = np.full((n + 1, 2), -1, np.int32)
+    eos_terminals[:, 0] = np.append(np.where(t.lr_column >= 0, t.lr_column, end), end)
+    eos_terminals[:n, 1] = np.where(t.lr_column >= 0, end, -1)
+    eos_length = (eos_terminals >= 0).sum(axis=1).astype(np.int32)
+    eos_bits = np.zeros(32 * -(-vocab.logits_width // 32), bool)
+    eos_bits[list(vocab.eos_token_ids)] = True
+    return CompiledCFG(
+        lexer_start=jnp.int32(lexer.start),
+        pending_columns=jnp.asarray(pending_columns),
+        pending_free=jnp.asarray(pending_free),
+        eos_terminals=jnp.asarray(eos_terminals),
+        eos_length=jnp.asarray(eos_length),
+        eos_lexer_ends=jnp.asarray(np.concatenate([lexer.ends, is_start[:, None]], axis=1)),
+        action_kind=jnp.asarray(lr.action_kind, jnp.int8),
+        action_arg=jnp.asarray(lr.action_arg, jnp.int32),
+        goto=jnp.asarray(lr.goto, jnp.int32),
+        rule_lhs=jnp.asarray(lr.rule_lhs, jnp.int32),
+        rule_length=jnp.asarray(lr.rule_length, jnp.int32),
+        lr_start=jnp.int32(lr.start_state),
+        outcome_terminals=jnp.asarray(t.outcome_terminals),
+        outcome_length=jnp.asarray(t.outcome_length),
+        outcome_lexer=jnp.asarray(t.outcome_lexer),
+        set_outcomes=jnp.asarray(t.set_outcomes),
+        token_set=jnp.asarray(t.token_set),
+        state_outcomes=jnp.asarray(t.state_outcomes),
+        eos_mask=jnp.asarray(np.packbits(eos_bits, bitorder="little").view("<u4").astype(np.uint32)),
+        fallback_token=jnp.int32(vocab.eos_token_ids[0]),
+        vocab_size=len(vocab),
+        logits_width=vocab.logits_width,
+        stack_depth=stack_depth,
+        max_configs=max_configs,
+        overlay=min(32, stack_depth),
+    )
