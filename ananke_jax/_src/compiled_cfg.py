@@ -39,7 +39,8 @@ class CompiledCFG:
     Attributes (Q lexer states, n terminals, S LR states, T LR terminal columns with the end of
     input last, O outcomes, NS outcome sets):
       lexer_start: int32[], the lexer state right after a cut.
-      pending_columns: bool[Q, T], LR columns of the terminals a lexer state may still complete.
+      pending_columns: int32[Q, L], LR columns of the terminals a lexer state may still
+        complete (padded with -1).
       pending_free: bool[Q], lexer states that need nothing from the parser (nothing read, or an
         ignored terminal in progress).
       eos_terminals: int32[n + 1, 2], eos_length: int32[n + 1], eos_lexer_ends: bool[Q, n + 1]:

@@ -233,10 +233,11 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     t = cfg_tables(grammar, vocab)
     lexer, lr = t.lexer, t.lr
     n, columns, end = len(lexer.terminals), len(lr.terminals), len(lr.terminals) - 1
-    pending_columns = np.zeros((lexer.num_states, columns), bool)
+    pending = np.zeros((lexer.num_states, columns), bool)
     for i, col in enumerate(t.lr_column):
         if col >= 0:
-            pending_columns[:, col] |= lexer.alive[:, i]
+            pending[:, col] |= lexer.alive[:, i]
+    pending_columns = _padded_groups(*np.nonzero(pending), lexer.num_states)
     is_start = np.arange(lexer.num_states) == lexer.start
     pending_free = is_start | (lexer.alive & (t.lr_column < 0)).any(axis=1)
     eos_terminals = np.full((n + 1, 2), -1, np.int32)

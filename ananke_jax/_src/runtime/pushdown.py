@@ -88,13 +88,12 @@ def _outcome_checks(cg: CompiledCFG, stack, depth, outcomes):
     feed = jax.vmap(lambda terms, n: _simulate(cg, stack, depth, empty, jnp.int32(0), terms, n))
     ok, base, overlay, height, overflow = feed(cg.outcome_terminals[safe], cg.outcome_length[safe])
 
-    columns = cg.pending_columns.shape[1]
-    one = jnp.arange(columns, dtype=jnp.int32)[:, None]
-    lookahead = jax.vmap(  # [P, T]: does the parser shift terminal column t next?
-        lambda b, o, ht: jax.vmap(lambda t: _simulate(cg, stack, b, o, ht, t, jnp.int32(1))[0])(one)
-    )(base, overlay, height)
     lexer_after = cg.outcome_lexer[safe]
-    pending_ok = cg.pending_free[lexer_after] | (cg.pending_columns[lexer_after] & lookahead).any(axis=1)
+    pending = cg.pending_columns[lexer_after][:, :, None]  # [P, L, 1]: columns to try next
+    lookahead = jax.vmap(  # [P, L]: does the parser shift that terminal next?
+        lambda b, o, ht, cols: jax.vmap(lambda t: _simulate(cg, stack, b, o, ht, t, (t[0] >= 0).astype(jnp.int32))[0])(cols)
+    )(base, overlay, height, pending)
+    pending_ok = cg.pending_free[lexer_after] | (lookahead & (pending[:, :, 0] >= 0)).any(axis=1)
     return (outcomes >= 0) & ok & pending_ok, base, overlay, height, overflow & (outcomes >= 0)
 
 
@@ -132,8 +131,13 @@ def cfg_accepts(cg: CompiledCFG, state: CFGState) -> jax.Array:
 
 def cfg_token_mask(cg: CompiledCFG, state: CFGState) -> jax.Array:
     """uint32[W]: the allowed tokens, EOS included exactly when the output is complete."""
-    per_config = jax.vmap(lambda s, d, q: _config_tokens(cg, s, d, q))(state.stacks, state.depth, state.lexer)
-    tokens = (per_config & state.live[:, None]).any(axis=0) & ~state.finished
+
+    def config_tokens(config):  # configurations not in use cost nothing (outside vmap)
+        stack, depth, lexer, live = config
+        return jax.lax.cond(live, lambda: _config_tokens(cg, stack, depth, lexer), lambda: jnp.zeros(cg.logits_width, jnp.bool_))
+
+    per_config = jax.lax.map(config_tokens, (state.stacks, state.depth, state.lexer, state.live))
+    tokens = per_config.any(axis=0) & ~state.finished
     eos = jnp.where(cfg_accepts(cg, state), cg.eos_mask, jnp.uint32(0))
     return _pack(tokens) | eos
 
