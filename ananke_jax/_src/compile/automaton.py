@@ -35,6 +35,8 @@ class NFABuilder:
     def __init__(self):
         self.edges: list[list[tuple[int, int, int]]] = []  # state -> [(lo, hi, target)]
         self.epsilons: list[list[int]] = []
+        # Repetitions build the same class once per copy; its UTF-8 split is computed once.
+        self._utf8: dict[tuple[tuple[int, int], ...], list[utf8.ByteRangeSequence]] = {}
 
     def state(self) -> int:
         if len(self.edges) >= MAX_NFA_STATES:
@@ -48,20 +50,28 @@ class NFABuilder:
         return Fragment(s, s)
 
     def byte_ranges(self, sequences: Sequence[utf8.ByteRangeSequence]) -> Fragment:
-        """One fragment matching any of the byte-range sequences (the UTF-8 of a class)."""
+        """One fragment matching any of the byte-range sequences (the UTF-8 of a class).
+
+        Sequences share the states of equal suffixes (most UTF-8 sequences end in the same
+        continuation ranges), which keeps both this NFA and its subset automaton small.
+        """
         start, end = self.state(), self.state()
+        # suffix -> the state from which exactly that suffix leads to `end`
+        tails: dict[tuple[tuple[int, int], ...], int] = {(): end}
         for seq in sequences:
-            src = start
-            for i, (lo, hi) in enumerate(seq):
-                dst = end if i == len(seq) - 1 else self.state()
-                self.edges[src].append((lo, hi, dst))
-                src = dst
+            for i in range(len(seq) - 1, 0, -1):
+                if seq[i:] not in tails:
+                    tails[seq[i:]] = self.state()
+                    self.edges[tails[seq[i:]]].append((*seq[i], tails[seq[i + 1 :]]))
+            self.edges[start].append((*seq[0], tails[seq[1:]]))
         return Fragment(start, end)
 
     def code_points(self, ranges: Sequence[tuple[int, int]]) -> Fragment:
         """Match one code point in ``ranges`` (inclusive pairs), as its UTF-8 bytes."""
-        seqs = [s for lo, hi in utf8.normalise(ranges) for s in utf8.utf8_sequences(lo, hi)]
-        return self.byte_ranges(seqs)
+        key = tuple(utf8.normalise(ranges))
+        if key not in self._utf8:
+            self._utf8[key] = [s for lo, hi in key for s in utf8.utf8_sequences(lo, hi)]
+        return self.byte_ranges(self._utf8[key])
 
     def literal(self, data: bytes) -> Fragment:
         return self.concat([self.byte_ranges([((b, b),)]) for b in data])
@@ -137,53 +147,92 @@ class ByteDFA:
 
 def determinise(builder: NFABuilder, fragment: Fragment) -> ByteDFA:
     """Subset construction over byte classes, then minimisation."""
+    class_table, accepting, byte_class = subset_construction(builder, fragment)
+    return minimise(class_table, accepting, start=1, byte_class=byte_class)
+
+
+def subset_construction(builder: NFABuilder, fragment: Fragment) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The reachable subset automaton of ``fragment``, not minimised.
+
+    A subset is kept as its kernel: the NFA states in its epsilon closure that have byte edges,
+    plus ``fragment.end``. Those alone decide its moves and whether it accepts, so subsets with
+    equal kernels are merged.
+
+    Returns:
+      ``(class_table, accepting, byte_class)``: int32[S, C] transitions per byte class, where
+      state 0 is the empty subset (dead) and state 1 the start; bool[S]; int32[256], the class of
+      each byte.
+    """
     boundaries = sorted({0, 256} | {x for es in builder.edges for lo, hi, _ in es for x in (lo, hi + 1)})
     byte_class = np.zeros(256, np.int32)
     for i, (a, b) in enumerate(zip(boundaries, boundaries[1:])):
         byte_class[a:b] = i
     num_classes = len(boundaries) - 1
-    representatives = boundaries[:-1]
+    class_of = byte_class.tolist()
 
-    def closure(states: frozenset[int]) -> frozenset[int]:
-        seen = set(states)
-        stack = list(states)
-        while stack:
-            for t in builder.epsilons[stack.pop()]:
-                if t not in seen:
-                    seen.add(t)
-                    stack.append(t)
-        return frozenset(seen)
+    # Both caches are per NFA state: a DFA state's moves are unions of its members' cached moves,
+    # so each closure is searched once rather than once per DFA state and byte class.
+    kernels: dict[int, frozenset[int]] = {}
+    moves: dict[int, list[tuple[int, frozenset[int]]]] = {}
 
-    def move(states: frozenset[int], byte: int) -> frozenset[int]:
-        return frozenset(t for s in states for lo, hi, t in builder.edges[s] if lo <= byte <= hi)
+    def kernel(state: int) -> frozenset[int]:
+        if state not in kernels:
+            seen, stack = {state}, [state]
+            while stack:
+                for t in builder.epsilons[stack.pop()]:
+                    if t not in seen:
+                        seen.add(t)
+                        stack.append(t)
+            kernels[state] = frozenset(s for s in seen if builder.edges[s] or s == fragment.end)
+        return kernels[state]
 
-    start = closure(frozenset([fragment.start]))
-    ids: dict[frozenset[int], int] = {frozenset(): DEAD, start: 1}
+    def move(state: int) -> list[tuple[int, frozenset[int]]]:
+        """(byte class, kernel reached) pairs of one NFA state."""
+        if state not in moves:
+            targets: dict[int, list[frozenset[int]]] = {}
+            for lo, hi, t in builder.edges[state]:
+                for c in range(class_of[lo], class_of[hi] + 1):
+                    targets.setdefault(c, []).append(kernel(t))
+            moves[state] = [(c, _union(parts)) for c, parts in targets.items()]
+        return moves[state]
+
+    start = kernel(fragment.start)
+    ids: dict[frozenset[int], int] = {frozenset(): DEAD}
+    # setdefault: an empty start kernel (an empty language) still gets its own state 1.
+    ids.setdefault(start, 1)
     order = [frozenset(), start]
     rows: list[list[int]] = [[DEAD] * num_classes]
     i = 1
     while i < len(order):
-        current = order[i]
-        row = []
-        for rep in representatives:
-            nxt = move(current, rep)
-            if nxt:
-                nxt = closure(nxt)
+        targets: dict[int, list[frozenset[int]]] = {}
+        for s in order[i]:
+            for c, ts in move(s):
+                targets.setdefault(c, []).append(ts)
+        row = [DEAD] * num_classes
+        for c, parts in targets.items():
+            nxt = _union(parts)
             if nxt not in ids:
                 if len(order) >= MAX_DFA_STATES:
                     raise GrammarError(f"pattern too large: more than {MAX_DFA_STATES} DFA states")
                 ids[nxt] = len(order)
                 order.append(nxt)
-            row.append(ids[nxt])
+            row[c] = ids[nxt]
         rows.append(row)
         i += 1
-    class_table = np.asarray(rows, np.int32)
     accepting = np.array([fragment.end in s for s in order])
-    return minimise(class_table, accepting, start=1, byte_class=byte_class)
+    return np.asarray(rows, np.int32), accepting, byte_class
+
+
+def _union(sets: list[frozenset[int]]) -> frozenset[int]:
+    # Most unions have one part, which is then shared rather than copied.
+    return sets[0] if len(sets) == 1 else frozenset().union(*sets)
 
 
 def minimise(class_table: np.ndarray, accepting: np.ndarray, *, start: int, byte_class: np.ndarray) -> ByteDFA:
-    """Moore partition refinement; states that cannot reach acceptance merge into state 0.
+    """Hopcroft's partition refinement; states that cannot reach acceptance merge into state 0.
+
+    Blocks are numbered by their lowest state, so the dead state stays 0 (and the start of a
+    subset automaton stays 1, unless its language is empty).
 
     Args:
       class_table: int32[S, C] transitions per byte class, state 0 dead.
@@ -191,27 +240,16 @@ def minimise(class_table: np.ndarray, accepting: np.ndarray, *, start: int, byte
       start: start state.
       byte_class: int32[256], the class of each byte.
     """
-    live = _co_accessible(class_table, accepting)
-    # Start from {dead, live-rejecting, live-accepting}; dead-equivalent states are exactly the
-    # non-co-accessible ones, so block 0 is the dead block from the first round on.
-    block = row_groups(np.where(live, np.where(accepting, 2, 1), 0)[:, None])
-    num_blocks = int(block.max()) + 1
-    while True:
-        signature = np.concatenate([block[:, None], block[class_table]], axis=1)
-        # The dead block stays 0: groups are numbered in row order and its row is all zeros.
-        new_block = row_groups(signature)
-        count = int(new_block.max()) + 1
-        if count == num_blocks:
-            break
-        block, num_blocks = new_block, count
-    block = block.astype(np.int32)
-    reps = np.zeros(num_blocks, np.int64)
-    reps[block] = np.arange(len(block))
-    table = block[class_table[reps]]
-    transitions = table[:, byte_class]
-    dfa_accepting = np.zeros(num_blocks, bool)
+    predecessors = _predecessors(class_table)
+    live = _co_accessible(predecessors, accepting)
+    _, first, block = np.unique(_hopcroft(predecessors, live, accepting), return_index=True, return_inverse=True)
+    rank = np.empty(len(first), np.int32)
+    rank[np.argsort(first)] = np.arange(len(first), dtype=np.int32)
+    block = rank[block]
+    table = block[class_table[np.sort(first)]]
+    dfa_accepting = np.zeros(len(first), bool)
     dfa_accepting[block] = accepting
-    return ByteDFA(transitions.astype(np.int32), dfa_accepting, int(block[start]))
+    return ByteDFA(table[:, byte_class].astype(np.int32), dfa_accepting, int(block[start]))
 
 
 def row_groups(rows: np.ndarray) -> np.ndarray:
@@ -229,11 +267,80 @@ def row_groups(rows: np.ndarray) -> np.ndarray:
     return ids
 
 
-def _co_accessible(class_table: np.ndarray, accepting: np.ndarray) -> np.ndarray:
-    """bool[S]: states from which an accepting state is reachable."""
-    live = accepting.copy()
-    while True:
-        grown = live | live[class_table].any(axis=1)
-        if (grown == live).all():
-            return live
-        live = grown
+def _predecessors(class_table: np.ndarray) -> list[list[tuple[int, list[int]]]]:
+    """Per state ``t``, the ``(byte class, sources)`` of the transitions into ``t``.
+
+    Transitions into state 0 are left out: they are most of all transitions, and neither search
+    needs them (state 0 is dead, and never a splitter).
+    """
+    sources, classes = np.nonzero(class_table)
+    targets = class_table[sources, classes]
+    order = np.lexsort((classes, targets))
+    sources, classes, targets = sources[order], classes[order], targets[order]
+    new_run = np.ones(len(targets), bool)
+    new_run[1:] = (targets[1:] != targets[:-1]) | (classes[1:] != classes[:-1])
+    starts = np.flatnonzero(new_run)
+    bounds = np.append(starts, len(targets)).tolist()
+    sources = sources.tolist()
+    result: list[list[tuple[int, list[int]]]] = [[] for _ in range(len(class_table))]
+    for a, b, t, c in zip(bounds, bounds[1:], targets[starts].tolist(), classes[starts].tolist()):
+        result[t].append((c, sources[a:b]))
+    return result
+
+
+def _co_accessible(predecessors: list[list[tuple[int, list[int]]]], accepting: np.ndarray) -> list[bool]:
+    """Per state, whether an accepting state is reachable from it (a backward search)."""
+    live = accepting.tolist()
+    stack = np.flatnonzero(accepting).tolist()
+    while stack:
+        for _, sources in predecessors[stack.pop()]:
+            for p in sources:
+                if not live[p]:
+                    live[p] = True
+                    stack.append(p)
+    return live
+
+
+def _hopcroft(predecessors: list[list[tuple[int, list[int]]]], live: list[bool], accepting: np.ndarray) -> list[int]:
+    """Block per state: the coarsest stable refinement of {dead, live rejecting, live accepting}.
+
+    Hopcroft's algorithm, O(k n log n) for k byte classes. Block 0, the dead states, is never a splitter: it is the complement of the live blocks, so
+    stability with respect to all of them implies stability with respect to it. It is never split
+    either, as only live states have transitions into live ones.
+    """
+    block = [(2 if a else 1) if l else 0 for l, a in zip(live, accepting.tolist())]
+    members: list[set[int]] = [set(), set(), set()]
+    for s, b in enumerate(block):
+        members[b].add(s)
+    pending = [b for b in (1, 2) if members[b]]
+    queued = [b in pending for b in range(3)]
+    while pending:
+        splitter = pending.pop()
+        queued[splitter] = False
+        incoming: dict[int, list[int]] = {}
+        for t in members[splitter]:
+            for c, sources in predecessors[t]:
+                incoming.setdefault(c, []).extend(sources)
+        for sources in incoming.values():
+            # Deterministic: a state has one successor per class, so ``sources`` has no repeats.
+            touched: dict[int, list[int]] = {}
+            for p in sources:
+                touched.setdefault(block[p], []).append(p)
+            for b, moving in touched.items():
+                rest = members[b]
+                if len(moving) == len(rest):
+                    continue
+                rest.difference_update(moving)
+                new = len(members)
+                members.append(set(moving))
+                queued.append(False)
+                for p in moving:
+                    block[p] = new
+                # A queued block must have both halves queued; otherwise one half suffices, as
+                # stability with respect to the block and one half implies it for the other. The
+                # smaller half gives the log n bound: a state is queued again only once its block
+                # has at least halved.
+                half = new if queued[b] or len(moving) <= len(rest) else b
+                queued[half] = True
+                pending.append(half)
+    return block

@@ -1,0 +1,175 @@
+"""Subset construction and Hopcroft minimisation against a direct NFA simulation and Moore's algorithm."""
+
+import numpy as np
+import pytest
+
+from ananke_jax._src.compile.automaton import Fragment, NFABuilder, minimise, subset_construction
+from ananke_jax._src.compile.regex import regex_to_dfa
+
+# Code point ranges whose UTF-8 forms share lead bytes and continuation suffixes.
+_CLASSES = [[(0x61, 0x63)], [(0x30, 0x39), (0x61, 0x61)], [(0xE9, 0xE9)], [(0x3B1, 0x3C9)], [(0x7F, 0x800)],
+            [(0x4E00, 0x4E05), (0xFF00, 0x10010)], [(0x1F600, 0x1F602)], [(0x20, 0x10FFFF)]]
+
+
+def _moore_num_states(table: np.ndarray, accepting: np.ndarray) -> int:
+    """Moore's refinement from {rejecting, accepting}: the number of Nerode classes of all states."""
+    block = accepting.astype(np.int64)
+    count = len(np.unique(block))
+    while True:
+        rows = np.concatenate([block[:, None], block[table]], axis=1)
+        _, block = np.unique(rows, axis=0, return_inverse=True)
+        block = block.reshape(-1)
+        if block.max() + 1 == count:
+            return count
+        count = block.max() + 1
+
+
+def _co_accessible(table: np.ndarray, accepting: np.ndarray) -> np.ndarray:
+    live = accepting.copy()
+    while (grown := live | live[table].any(axis=1)).sum() > live.sum():
+        live = grown
+    return live
+
+
+def _nfa_accepts(builder: NFABuilder, fragment: Fragment, data: bytes) -> bool:
+    def closure(states: set[int]) -> set[int]:
+        stack = list(states)
+        while stack:
+            for t in builder.epsilons[stack.pop()]:
+                if t not in states:
+                    states.add(t)
+                    stack.append(t)
+        return states
+
+    current = closure({fragment.start})
+    for b in data:
+        current = closure({t for s in current for lo, hi, t in builder.edges[s] if lo <= b <= hi})
+    return fragment.end in current
+
+
+def _random_spec(rng: np.random.Generator, depth: int):
+    kind = int(rng.integers(5 if depth else 2))
+    if kind == 0:
+        return "literal", bytes(rng.choice(list(b"abc"), size=int(rng.integers(4))).tolist())
+    if kind == 1:
+        return "class", _CLASSES[int(rng.integers(len(_CLASSES)))]
+    if kind in (2, 3):
+        return ("concat", "alternation")[kind - 2], [_random_spec(rng, depth - 1) for _ in range(int(rng.integers(1, 4)))]
+    lo = int(rng.integers(3))
+    return "repeat", _random_spec(rng, depth - 1), lo, None if rng.random() < 0.3 else lo + int(rng.integers(3))
+
+
+def _build(builder: NFABuilder, spec) -> Fragment:
+    if spec[0] == "literal":
+        return builder.literal(spec[1])
+    if spec[0] == "class":
+        return builder.code_points(spec[1])
+    if spec[0] == "concat":
+        return builder.concat([_build(builder, s) for s in spec[1]])
+    if spec[0] == "alternation":
+        return builder.alternation([_build(builder, s) for s in spec[1]])
+    return builder.repeat(lambda: _build(builder, spec[1]), spec[2], spec[3])
+
+
+def _random_graph(rng: np.random.Generator) -> tuple[NFABuilder, Fragment]:
+    """An unstructured NFA: epsilon cycles, overlapping ranges, states that reach nothing."""
+    builder = NFABuilder()
+    n = int(rng.integers(1, 9))
+    for _ in range(n):
+        builder.state()
+    for s in range(n):
+        for _ in range(int(rng.integers(4))):
+            lo = int(rng.integers(97, 101))
+            builder.edges[s].append((lo, lo + int(rng.integers(2)), int(rng.integers(n))))
+        if rng.random() < 0.4:
+            builder.epsilons[s].append(int(rng.integers(n)))
+    return builder, Fragment(0, int(rng.integers(n)))
+
+
+def _random_string(table, accepting, live, byte_class, rng: np.random.Generator) -> bytes:
+    """Mostly bytes that keep the subset automaton live, often stopping on acceptance."""
+    state, out = 1, []
+    for _ in range(int(rng.integers(12))):
+        if accepting[state] and rng.random() < 0.3:
+            break
+        keep_live = np.flatnonzero(live[table[state]])
+        c = rng.choice(keep_live) if len(keep_live) and rng.random() < 0.9 else rng.integers(table.shape[1])
+        out.append(int(rng.choice(np.flatnonzero(byte_class == c))))
+        state = table[state, c]
+    return bytes(out)
+
+
+def _check(builder: NFABuilder, fragment: Fragment, rng: np.random.Generator):
+    table, accepting, byte_class = subset_construction(builder, fragment)
+    dfa = minimise(table, accepting, start=1, byte_class=byte_class)
+    live = _co_accessible(table, accepting)
+
+    assert dfa.transitions.dtype == np.int32 and dfa.transitions.shape == (dfa.num_states, 256)
+    assert dfa.accepting.dtype == bool and dfa.accepting.shape == (dfa.num_states,)
+    assert not dfa.accepting[0] and (dfa.transitions[0] == 0).all()
+    assert dfa.num_states == _moore_num_states(table, accepting)
+
+    for _ in range(60):
+        data = _random_string(table, accepting, live, byte_class, rng)
+        state, subset = dfa.start, 1
+        for b in data:
+            state, subset = int(dfa.transitions[state, b]), int(table[subset, byte_class[b]])
+            assert (state != 0) == live[subset], data
+        expected = _nfa_accepts(builder, fragment, data)
+        assert bool(accepting[subset]) == expected == bool(dfa.accepting[state]), data
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_structured_nfa(seed):
+    rng = np.random.default_rng(seed)
+    builder = NFABuilder()
+    _check(builder, _build(builder, _random_spec(rng, 3)), rng)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_unstructured_nfa(seed):
+    rng = np.random.default_rng(1000 + seed)
+    _check(*_random_graph(rng), rng)
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_code_points_match_exactly_their_utf8_forms(seed):
+    # byte_ranges shares equal suffixes between UTF-8 sequences; that must add no other strings.
+    rng = np.random.default_rng(2000 + seed)
+    bounds = np.sort(rng.choice([0x7F, 0x80, 0x7FF, 0x800, 0xFFFF, 0x10000, 0x10FFFF], 2, replace=False))
+    lo, hi = (int(x) + int(rng.integers(-40, 41)) for x in bounds)
+    lo, hi = max(lo, 0), min(hi, 0x10FFFF)
+    builder = NFABuilder()
+    fragment = builder.code_points([(lo, hi)])
+    table, accepting, byte_class = subset_construction(builder, fragment)
+    dfa = minimise(table, accepting, start=1, byte_class=byte_class)
+    probes = np.concatenate([rng.integers(0, 0x110000, 300), np.arange(lo - 3, lo + 3), np.arange(hi - 3, hi + 3)])
+    for cp in map(int, probes):
+        if 0 <= cp <= 0x10FFFF and not 0xD800 <= cp <= 0xDFFF:
+            assert bool(dfa.accepting[dfa.walk(dfa.start, chr(cp).encode())]) == (lo <= cp <= hi), (lo, hi, cp)
+    _check(builder, fragment, rng)
+
+
+def test_non_co_accessible_states_collapse_into_state_0():
+    # Over byte classes x, y, z: 1 -x-> 2 (accepting), 1 -y-> 3, and 3, 4 loop into each other
+    # without ever accepting; 5, unreachable, has 1's only live move, so it merges with 1.
+    table = np.zeros((6, 3), np.int32)
+    table[1, 0], table[1, 1], table[3, :], table[4, :], table[5, 0] = 2, 3, 4, 3, 2
+    dfa = minimise(table, np.array([0, 0, 1, 0, 0, 0], bool), start=1, byte_class=np.arange(256) % 3)
+    assert dfa.num_states == 3 and dfa.start == 1
+    assert dfa.walk(dfa.start, b"\x00") == 2 and dfa.accepting[2]
+    assert dfa.walk(dfa.start, b"\x01") == 0
+
+
+def test_empty_language_is_the_dead_state_alone():
+    dfa = minimise(np.zeros((3, 2), np.int32), np.zeros(3, bool), start=1, byte_class=np.zeros(256, np.int32))
+    assert dfa.num_states == 1 and dfa.start == 0
+
+
+def test_deep_bounded_repetition_is_minimal():
+    # 1000 optional characters between quotes: 1001 "characters read" positions times the UTF-8
+    # continuation states, which Moore's algorithm needs 1000 rounds to separate.
+    dfa = regex_to_dfa(r'"[^"\\]{0,1000}"')
+    assert dfa.num_states == 8004
+    assert dfa.accepting[dfa.walk(dfa.start, ('"' + "é" * 1000 + '"').encode())]
+    assert dfa.walk(dfa.start, ('"' + "a" * 1001).encode()) == 0
