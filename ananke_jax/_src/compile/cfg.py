@@ -18,7 +18,7 @@ import numpy as np
 
 from ananke_jax._src.compile.automaton import DEAD
 from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
-from ananke_jax._src.compile.lr import LRTables, lr_tables
+from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.token_table import build_trie, spell_tokens
 from ananke_jax._src.compiled_cfg import CompiledCFG
 from ananke_jax._src.errors import GrammarError
@@ -70,7 +70,8 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
     lr_column = np.array([column.get(name, -1) if name not in grammar.ignore else -1 for name in lexer.terminals], np.int32)
 
     spelled = spell_tokens(lexer.transitions, vocab)
-    walk = _walk_outcomes(lexer, spelled.transitions, spelled.strings, lr_column)
+    follow = terminal_follow(grammar, lr.terminals)
+    walk = _walk_outcomes(lexer, spelled.transitions, spelled.strings, lr_column, follow)
     q, string, outcome, terminals, lengths, lexer_after = walk
     group_q, group_string, set_of_group, set_outcomes = _outcome_sets(q, string, outcome)
 
@@ -92,8 +93,12 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
     )
 
 
-def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], lr_column: np.ndarray):
+def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], lr_column: np.ndarray, follow: np.ndarray):
     """All outcomes of every (lexer state, class string), by a breadth-first walk of the trie.
+
+    Cuts that put two terminals next to each other that never follow one another in the
+    grammar (``follow``, bool[T, T]) are pruned: no parse could take them, and without the
+    pruning, runs of identifier characters would split in exponentially many ways.
 
     Returns:
       Per (state, string, outcome) triple, deduplicated: q, string, outcome (int64 arrays);
@@ -104,7 +109,10 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], 
     string_at[trie.token_nodes] = trie.token_ids
     ends = lexer.ends
     start_row = transitions[lexer.start]
-    # Interned terminal sequences: id 0 is empty; sequence i = sequence parent[i] + column[i].
+    # follow_lexer[a, i]: lexer terminal i may come after LR column a (ignored ones always may).
+    follow_lexer = np.where(lr_column >= 0, follow[:, np.maximum(lr_column, 0)], True)
+    # Interned terminal sequences: id 0 is empty; sequence i = sequence parent[i] + column[i],
+    # so column[i] is also the last terminal of sequence i.
     seq_parent, seq_column, seq_index = [0], [-1], {}
 
     def extend(seqs: np.ndarray, terminal: np.ndarray) -> np.ndarray:
@@ -138,13 +146,19 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], 
         q, lex, seq = frontier[pick, 0], frontier[pick, 2], frontier[pick, 3]
         # Read on inside the current terminal...
         cont = transitions[lex, label]
-        # ...or cut after a terminal that ends here and start the next one with this byte.
+        # ...or cut after a terminal that ends here and start the next one with this byte,
+        # where the grammar lets the next terminal follow the one just cut.
         pair, terminal = np.nonzero(ends[lex])
         cut = start_row[label[pair]]
+        last, column = np.asarray(seq_column)[seq[pair]], lr_column[terminal]
+        new_last = np.where(column >= 0, column, last)
+        fits = (column < 0) | (last < 0) | follow[np.maximum(last, 0), np.maximum(column, 0)]
+        fits &= (new_last < 0) | (lexer.alive[cut] & follow_lexer[np.maximum(new_last, 0)]).any(axis=1)
+        keep = (cut != DEAD) & fits
         rows = np.concatenate(
             [
                 np.stack([q, child, cont, seq], axis=1)[cont != DEAD],
-                np.stack([q[pair], child[pair], cut, extend(seq[pair], terminal)], axis=1)[cut != DEAD],
+                np.stack([q[pair], child[pair], cut, extend(seq[pair], terminal)], axis=1)[keep],
             ]
         )
         frontier = np.unique(rows, axis=0) if len(rows) else rows.reshape(0, 4)

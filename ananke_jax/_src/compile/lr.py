@@ -111,3 +111,43 @@ def _describe(conflict, grammar: Grammar) -> str:
     kinds = "shift/reduce" if with_shift else "reduce/reduce"
     alternatives = "; ".join(f"{r.origin.name} ::= {' '.join(s.name for s in r.expansion) or 'ε'}" for r in rules)
     return f"  {kinds} conflict before terminal {lookahead}: reduce by {alternatives}"
+
+
+def terminal_follow(grammar: Grammar, terminals: tuple[str, ...]) -> np.ndarray:
+    """bool[T, T]: terminal b can come right after terminal a in some sentence (columns as in
+    ``terminals``; ignored terminals are not part of the rules and do not count)."""
+    column = {name: j for j, name in enumerate(terminals)}
+    nullable: set[str] = set()
+    first: dict[str, set[str]] = {n: set() for n in grammar.nonterminals}
+    follow: dict[str, set[str]] = {n: set() for n in grammar.nonterminals}
+    first_of = lambda s: {s} if s in column else first[s]
+
+    def first_of_sequence(symbols) -> tuple[set[str], bool]:
+        out: set[str] = set()
+        for s in symbols:
+            out |= first_of(s)
+            if s not in nullable:
+                return out, False
+        return out, True
+
+    after = np.zeros((len(terminals), len(terminals)), bool)
+    changed = True
+    while changed:
+        changed = False
+        for r in grammar.rules:
+            f, all_nullable = first_of_sequence(r.expansion)
+            if not f <= first[r.origin] or (all_nullable and r.origin not in nullable):
+                first[r.origin] |= f
+                nullable.update([r.origin] if all_nullable else [])
+                changed = True
+            for i, s in enumerate(r.expansion):
+                rest_first, rest_nullable = first_of_sequence(r.expansion[i + 1 :])
+                targets = rest_first | (follow[r.origin] if rest_nullable else set())
+                if s in column:
+                    for t in targets:
+                        if not after[column[s], column[t]]:
+                            after[column[s], column[t]] = changed = True
+                elif not targets <= follow[s]:
+                    follow[s] |= targets
+                    changed = True
+    return after
