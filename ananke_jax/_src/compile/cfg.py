@@ -16,7 +16,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from ananke_jax._src.compile.automaton import DEAD
+from ananke_jax._src.compile.automaton import DEAD, row_groups
 from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.token_table import build_trie, spell_tokens
@@ -161,7 +161,7 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], 
                 np.stack([q[pair], child[pair], cut, extend(seq[pair], terminal)], axis=1)[keep],
             ]
         )
-        frontier = np.unique(rows, axis=0) if len(rows) else rows.reshape(0, 4)
+        frontier = _unique_rows(rows)
         if len(frontier) > MAX_FRONTIER:
             raise GrammarError("the grammar's lexer is too ambiguous for this vocabulary")
         at_end = string_at[frontier[:, 1]] >= 0
@@ -205,7 +205,9 @@ def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tup
     weights = rng.integers(1, 2**63, size=(2, int(outcome.max(initial=0)) + 1), dtype=np.uint64)
     starts = np.flatnonzero(np.concatenate([[True], groups[1:] != groups[:-1]]))
     keys = np.stack([np.add.reduceat(weights[0][members], starts), np.add.reduceat(weights[1][members], starts)], axis=1) if len(starts) else np.zeros((0, 2), np.uint64)
-    _, first, set_of_group = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    _, first, set_of_group = np.unique(keys[:, 0], return_index=True, return_inverse=True)
+    if not (keys[first][set_of_group.reshape(-1), 1] == keys[:, 1]).all():
+        _, first, set_of_group = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     sizes = np.diff(np.append(starts, len(members)))
     width = int(sizes.max(initial=1))
     set_outcomes = np.full((len(first) + 1, width), -1, np.int32)
@@ -216,9 +218,25 @@ def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tup
 
 
 def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unique (a, b) pairs sorted by a then b."""
-    pairs = np.unique(np.stack([a, b], axis=1), axis=0) if len(a) else np.zeros((0, 2), np.int64)
+    """Unique (a, b) pairs of non-negative ints, sorted by a then b."""
+    pairs = _unique_rows(np.stack([a, b], axis=1).astype(np.int64))
     return pairs[:, 0], pairs[:, 1]
+
+
+def _unique_rows(rows: np.ndarray) -> np.ndarray:
+    """The distinct rows of a non-negative int64[N, k] array, sorted lexicographically.
+
+    Rows are packed into one int64 key when their values fit in 63 bits (a 1-D sort is far
+    faster than ``np.unique(axis=0)``); otherwise a lexsort groups them.
+    """
+    if not len(rows):
+        return rows
+    widths = [max(1, int(rows[:, j].max()).bit_length()) for j in range(rows.shape[1])]
+    if sum(widths) > 63:
+        return rows[np.unique(row_groups(rows), return_index=True)[1]]
+    shifts = np.cumsum([0] + widths[::-1])[:-1][::-1]  # the first column is the most significant
+    keys = np.unique((rows << np.asarray(shifts, np.int64)).sum(axis=1))
+    return (keys[:, None] >> np.asarray(shifts, np.int64)) & ((np.int64(1) << np.asarray(widths, np.int64)) - 1)
 
 
 def _padded_groups(keys: np.ndarray, values: np.ndarray, num_keys: int) -> np.ndarray:
