@@ -76,6 +76,19 @@ def test_masks_match_brute_force_walk_on_random_reachable_states(pattern, real_v
 
 
 @pytest.mark.parametrize("pattern", REGEXES)
+def test_every_state_mask_matches_the_brute_force_walk(pattern, real_vocab):
+    """All states, not only those random walks reach: every DFA state and the finished state."""
+    _, vocab, _ = real_vocab
+    cg, dfa = _compiled(pattern, vocab)
+    ref = _reference(pattern, vocab)
+    masks = jax.vmap(lambda node: aj.token_mask(cg, aj.GrammarState(node)))(jnp.arange(cg.num_states))
+    for node in range(dfa.num_states):
+        np.testing.assert_array_equal(unpack(masks[node])[: vocab.logits_width], ref.allowed(node), err_msg=f"state {node}")
+    finished = unpack(masks[dfa.num_states])
+    assert set(np.flatnonzero(finished)) == set(vocab.eos_token_ids)
+
+
+@pytest.mark.parametrize("pattern", REGEXES)
 def test_tokenized_members_are_accepted_token_by_token(pattern, real_vocab):
     _, vocab, encode = real_vocab
     cg, dfa = _compiled(pattern, vocab)

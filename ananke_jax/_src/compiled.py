@@ -70,7 +70,7 @@ class CompiledGrammar:
     @property
     def table_bytes(self) -> int:
         """Bytes of device memory the tables occupy."""
-        return sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(self))
+        return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(self))
 
     def __repr__(self) -> str:
         return (

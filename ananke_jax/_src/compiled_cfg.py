@@ -87,7 +87,7 @@ class CompiledCFG:
 
     @property
     def table_bytes(self) -> int:
-        return sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(self))
+        return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(self))
 
     def init_state(self) -> CFGState:
         k, d = self.max_configs, self.stack_depth

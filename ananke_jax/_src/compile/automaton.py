@@ -103,9 +103,11 @@ class NFABuilder:
             end = self.state()
             optional = []
             for _ in range(hi - lo):
-                frag = build()
-                self.epsilons[frag.start].append(end)
-                optional.append(frag)
+                # A fresh entry carries the skip: the body's own start may be a loop hub that
+                # is re-entered mid-match, where skipping to the end would be wrong.
+                body, entry = build(), self.state()
+                self.epsilons[entry] += [body.start, end]
+                optional.append(Fragment(entry, body.end))
             parts.append(Fragment(*_chain(self, optional, end)))
         return self.concat(parts)
 

@@ -99,9 +99,31 @@ def _checked(dfa: ByteDFA, what: str) -> ByteDFA:
 
 
 def _unsupported(pattern: str, feature: str, source: str):
-    m = re.search(source, pattern)
-    where = f" at position {m.start()}" if m else ""
+    plain = _plain_positions(pattern)
+    starts = [m.start() for m in re.finditer(source, pattern) if plain[m.start()]]
+    where = f" at position {starts[0]}" if starts else ""
     raise GrammarError(f"unsupported regex feature: {feature}{where} in {pattern!r}")
+
+
+def _plain_positions(pattern: str) -> list[bool]:
+    """Which characters of ``pattern`` are syntax: not escaped and not inside a class."""
+    plain, in_class, i = [False] * (len(pattern) + 1), False, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            plain[i] = not in_class
+            i += 2
+            continue
+        if in_class:
+            # A ']' right after '[' or '[^' is a member, not the end of the class.
+            if c == "]" and not (pattern[i - 1] == "[" or pattern[i - 2 : i] == "[^"):
+                in_class = False
+        elif c == "[":
+            in_class = True
+        else:
+            plain[i] = True
+        i += 1
+    return plain
 
 
 class _Translator:

@@ -47,9 +47,6 @@ class SamplingParams:
                 raise ValueError(f"SamplingParams: {message}, got {self}")
 
 
-GREEDY = SamplingParams(temperature=0.0)
-
-
 def sample(
     logits: jax.Array,
     key: jax.Array,

@@ -1,0 +1,137 @@
+r"""Lark grammars to the grammar IR, through lark's own grammar loader.
+
+Lark expands EBNF operators, templates, ``%import`` (``common.*`` included) and anonymous
+terminals into BNF rules; this module converts those rules and the terminal patterns. Rule names
+may be lark's internal ones (``__start_star_0``, ``_sep{NAME,COMMA}``); rules and terminals the
+start rule does not need are dropped; ``%ignore`` becomes the IR's ``ignore``.
+
+Semantics: the language is the context-free language of the rules, each terminal read as the set
+of whole strings its regex matches, with ignored terminals allowed between terminals. Lark's own
+lexers choose one tokenisation (terminal priorities, longest match, keywords before names, lazy
+quantifiers stopping early); here every tokenisation counts. So a keyword such as ``"select"`` is
+also a ``CNAME`` where the rules take one there, and two terminals need nothing between them
+(``SELECTa`` is ``SELECT`` then the name ``a``). Lark's Earley parser with
+``lexer="dynamic_complete"`` comes closest to this reading.
+
+Terminals:
+
+* String literals are escaped. With the ``i`` flag each cased character becomes the class of the
+  characters Python's ``re.IGNORECASE`` matches it with, as lark's lexer would (``"as"i`` is
+  ``[Aa][Ssſ]``); so does a regex that is a plain literal (``/abc/i``). The ``i`` flag on any
+  other regex raises `GrammarError` naming the terminal.
+* The ``s``, ``m`` and ``x`` flags stay scoped inline flags (``(?s:...)``).
+* A string built from lark's ``_STRING_ESC_INNER`` and a closing quote (``common.ESCAPED_STRING``
+  is one) uses a lookbehind, which byte automata cannot take. Lark's lexer matches the *shortest*
+  such string: the opening quote, characters other than newline where a backslash escapes the
+  next one, and the first unescaped closing quote. That regular language,
+  ``"(?:[^"\\\n]|\\.)*"``, is what we use (read as a whole-string match, lark's regex would
+  also take unescaped quotes inside). Likewise ``common.C_COMMENT`` ends at the first ``*/``.
+* Other lookarounds, backreferences and the like raise `GrammarError` naming the terminal.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from lark.exceptions import LarkError
+from lark.lexer import PatternStr
+from lark.load_grammar import load_grammar
+
+from ananke_jax._src.compile.regex import regex_to_dfa
+from ananke_jax._src.errors import GrammarError
+from ananke_jax._src.frontends.gbnf import regex_char, regex_literal
+from ananke_jax._src.ir import Grammar, Rule, TerminalDef
+
+try:  # Python >= 3.11: the case pairs re.IGNORECASE adds beyond str.lower (such as 's' and 'ſ')
+    from re._casefix import _EXTRA_CASES
+except ImportError:  # pragma: no cover - Python 3.10
+    _EXTRA_CASES = {}
+
+# Regex text lark compiles common.lark's _STRING_ESC_INNER to, then the closing quote.
+_STRING_ESC_INNER = re.compile(re.escape(r".*?(?<!\\)(\\\\)*?") + r"(\\[^0-9A-Za-z]|[^\\()\[\]{}|*+?.^$])", re.S)
+# Lark's C_COMMENT regex, and the language its lexer matches with it.
+_LEXER_LANGUAGES = {"/\\*(.|\n)*?\\*/": r"/\*(?:[^*]|\*+[^*/])*\*+/"}
+# A case-insensitive group around a literal, as lark writes a string with the `i` flag that is
+# part of a larger terminal: `(?i:` then plain or backslash-escaped punctuation characters.
+_CASELESS_LITERAL = re.compile(r"\(\?i:((?:[^\\()\[\]{}|*+?.^$]|\\[^0-9A-Za-z])*)\)", re.S)
+_ESCAPED_CHAR = re.compile(r"\\(.)", re.S)
+# An escape pair or a raw control character (scanning pairs first keeps `\\` apart from `\<newline>`).
+_CONTROL = re.compile(r"\\(.)|([\x00-\x1f\x7f])", re.S)
+
+
+def lark_to_ir(text: str, *, start: str = "start") -> Grammar:
+    """Read a Lark grammar.
+
+    Args:
+      text: the grammar, in Lark's syntax.
+      start: the start rule.
+
+    Returns:
+      The validated grammar IR.
+
+    Raises:
+      GrammarError: lark refuses the grammar (syntax errors carry line and column), a terminal
+        uses a feature byte automata cannot take (named), or the language is empty.
+    """
+    try:
+        grammar, _ = load_grammar(text, "<grammar>", [], False)
+        terminals, rules, ignore = grammar.compile([start], ())
+    # Lark reports some mistakes as OSError (an %import it cannot find) or AssertionError.
+    except (LarkError, OSError, AssertionError) as error:
+        raise GrammarError(f"Lark grammar: {error}") from None
+    return Grammar(
+        rules=tuple(Rule(r.origin.name, tuple(s.name for s in r.expansion)) for r in rules),
+        terminals=tuple(TerminalDef(t.name, _terminal_regex(t)) for t in terminals),
+        start=start,
+        ignore=tuple(ignore),
+    ).validate()
+
+
+def _terminal_regex(terminal) -> str:
+    """A lark terminal's pattern as a regex our regex compiler takes; raises naming the terminal."""
+    pattern = terminal.pattern
+    if isinstance(pattern, PatternStr):
+        regex = _caseless_literal(pattern.value) if "i" in pattern.flags else regex_literal(pattern.value)
+        for flag in sorted(pattern.flags - {"i"}):
+            regex = f"(?{flag}:{regex})"
+    else:
+        regex = pattern.to_regexp()
+    regex = _LEXER_LANGUAGES.get(regex, regex)
+    regex = _CASELESS_LITERAL.sub(_caseless_group, regex)
+    regex = _STRING_ESC_INNER.sub(_string_body, regex)
+    if "(?x" not in regex:  # raw whitespace is not literal in verbose mode: leave it alone there
+        regex = _CONTROL.sub(_escape_control, regex)
+    try:
+        regex_to_dfa(regex)
+    except GrammarError as error:
+        raise GrammarError(f"Lark terminal {terminal.user_repr()}: {error}") from None
+    return regex
+
+
+def _caseless_group(match: re.Match) -> str:
+    return "(?:" + _caseless_literal(_ESCAPED_CHAR.sub(r"\1", match.group(1))) + ")"
+
+
+def _string_body(match: re.Match) -> str:
+    quote = regex_char(ord(match.group(1)[-1]))
+    return rf"(?:[^{quote}\\\n]|\\.)*{quote}"
+
+
+def _escape_control(match: re.Match) -> str:
+    char = match.group(1) or match.group(2)
+    return regex_char(ord(char)) if ord(char) < 0x20 or ord(char) == 0x7F else match.group(0)
+
+
+def _caseless_literal(text: str) -> str:
+    return "".join(_caseless_char(c) for c in text)
+
+
+@functools.cache
+def _caseless_char(char: str) -> str:
+    lower = char.lower()
+    candidates = {char, *lower, *char.upper(), *char.title(), *lower.upper(), *map(chr, _EXTRA_CASES.get(ord(lower[0]), ()))}
+    matches = sorted(c for c in candidates if re.fullmatch(re.escape(char), c, re.IGNORECASE))
+    if len(matches) == 1:
+        return regex_char(ord(char))
+    return "[" + "".join(regex_char(ord(c)) for c in matches) + "]"
