@@ -118,15 +118,18 @@ def _config_complete(cg: CompiledCFG, stack, depth, lexer):
 def _pack(bits):
     """uint32[ceil(V / 32)] from bool[V] (bit j of word i = token 32 * i + j)."""
     words = -(-bits.shape[0] // 32)
-    padded = jnp.zeros(32 * words, jnp.uint32).at[: bits.shape[0]].set(bits.astype(jnp.uint32))
-    shifts = jnp.arange(32, dtype=jnp.uint32).reshape(1, 32)
-    return (padded.reshape(words, 32) << shifts).sum(axis=1, dtype=jnp.uint32)
+    packed = jnp.packbits(jnp.pad(bits, (0, 32 * words - bits.shape[0])), bitorder="little")
+    return jax.lax.bitcast_convert_type(packed.reshape(words, 4), jnp.uint32)
 
 
 def cfg_accepts(cg: CompiledCFG, state: CFGState) -> jax.Array:
     """bool[]: the output is complete (EOS allowed now)."""
-    complete = jax.vmap(lambda s, d, q: _config_complete(cg, s, d, q))(state.stacks, state.depth, state.lexer)
-    return state.finished | (complete & state.live).any()
+
+    def complete(config):  # configurations not in use cost nothing (outside vmap)
+        stack, depth, lexer, live = config
+        return jax.lax.cond(live, lambda: _config_complete(cg, stack, depth, lexer), lambda: jnp.bool_(False))
+
+    return state.finished | jax.lax.map(complete, (state.stacks, state.depth, state.lexer, state.live)).any()
 
 
 def cfg_token_mask(cg: CompiledCFG, state: CFGState) -> jax.Array:
