@@ -80,7 +80,6 @@ def main():
         )
         per_token = t["c"] / (args.steps * batch) * 1e6
         print(f"{batch:>5} {t['u'] * 1e3:>17.2f} {t['c'] * 1e3:>15.2f} {t['c'] / t['u']:>6.3f} {per_token:>19.2f}")
-        del bank
 
     from oracles import REGEXES
 

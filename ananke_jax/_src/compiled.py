@@ -7,7 +7,11 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+
+def table_bytes(tables) -> int:
+    """Bytes of device memory the arrays of a pytree of tables occupy (read from shapes only)."""
+    return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tables))
 
 
 class GrammarState(NamedTuple):
@@ -69,8 +73,7 @@ class CompiledGrammar:
 
     @property
     def table_bytes(self) -> int:
-        """Bytes of device memory the tables occupy."""
-        return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(self))
+        return table_bytes(self)
 
     def __repr__(self) -> str:
         return (

@@ -7,7 +7,8 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+from ananke_jax._src.compiled import table_bytes
 
 
 class CFGState(NamedTuple):
@@ -87,7 +88,7 @@ class CompiledCFG:
 
     @property
     def table_bytes(self) -> int:
-        return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(self))
+        return table_bytes(self)
 
     def init_state(self) -> CFGState:
         k, d = self.max_configs, self.stack_depth

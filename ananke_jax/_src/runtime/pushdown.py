@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from ananke_jax._src.compiled_cfg import CFGState, CompiledCFG
+from ananke_jax._src.runtime.masks import is_allowed
 
 SHIFT, REDUCE, ACCEPT = 1, 2, 3
 
@@ -155,8 +156,7 @@ def cfg_advance(cg: CompiledCFG, state: CFGState, token) -> CFGState:
     """The state after ``token`` (int32[]): every configuration follows every valid outcome of the
     token; the survivors (deduplicated, at most K) form the new state."""
     token = jnp.asarray(token, jnp.int32)
-    is_eos = (jnp.uint32(1) & (cg.eos_mask[jnp.clip(token >> 5, 0, cg.mask_words - 1)] >> (token & 31).astype(jnp.uint32))) == 1
-    is_eos = is_eos & (token >= 0) & (token < cg.logits_width)
+    is_eos = is_allowed(cg.eos_mask, token)
     in_range = (token >= 0) & (token < cg.logits_width)
 
     def follow(stack, depth, lexer):
