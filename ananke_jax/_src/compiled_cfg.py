@@ -21,14 +21,19 @@ class CFGState(NamedTuple):
       depth: int32[K], stack heights.
       lexer: int32[K], lexer states (the terminal being read).
       live: bool[K], which configurations are in use.
+      outcome_ok: bool[K, P], which outcomes of its lexer state each configuration allows.
+      complete: bool[K], the output is complete in that configuration (EOS allowed).
       finished: bool[], EOS was taken.
-      overflow: bool[], some continuation was dropped for lack of stack depth or configurations.
+      overflow: bool[], some continuation was refused or dropped for lack of stack depth or
+        configurations.
     """
 
     stacks: jax.Array
     depth: jax.Array
     lexer: jax.Array
     live: jax.Array
+    outcome_ok: jax.Array
+    complete: jax.Array
     finished: jax.Array
     overflow: jax.Array
 
@@ -38,27 +43,32 @@ class CompiledCFG:
     """Token-level tables of a context-free grammar, held as device arrays (a pytree).
 
     Attributes (Q lexer states, n terminals, S LR states, T LR terminal columns with the end of
-    input last, O outcomes, NS outcome sets):
+    input last; per lexer state: N trie nodes, P outcomes, B dense rows, Z sparse tokens):
       lexer_start: int32[], the lexer state right after a cut.
-      pending_columns: int32[Q, L], LR columns of the terminals a lexer state may still
-        complete (padded with -1).
-      pending_free: bool[Q], lexer states that need nothing from the parser (nothing read, or an
-        ignored terminal in progress).
       eos_terminals: int32[n + 1, 2], eos_length: int32[n + 1], eos_lexer_ends: bool[Q, n + 1]:
         the LR input that completes the output at EOS, for each terminal that may end in a lexer
         state (and a last entry for "nothing pending").
       action_kind: int8[S, T]; action_arg, goto, rule_lhs, rule_length, lr_start: LR tables.
-      outcome_terminals: int32[O, M]; outcome_length: int32[O]; outcome_lexer: int32[O].
-      set_outcomes: int32[NS, Z]; token_set: int32[Q, logits_width]; state_outcomes: int32[Q, P].
+      node_parent, node_column: int32[Q, N + lanes], chunk_start: int32[Q, CH],
+        num_chunks: int32[Q]: the prefix tree of terminals to check from each lexer state
+        (see `ananke_jax._src.compile.outcome_trie`).
+      state_outcomes: int32[Q, P], the global id of each lexer state's outcomes;
+        outcome_terminals: int32[O, M], outcome_length: int32[O], their LR columns.
+      outcome_node: int32[Q, P], outcome_lookahead: int32[Q, P, L], outcome_free: bool[Q, P],
+        outcome_lexer: int32[Q, P]: each outcome's trie nodes and final lexer state.
+      set_members: int32[NS, Z], the outcomes (local to a lexer state) of each outcome set.
+      token_class: int32[logits_width]; class_set: int32[Q, C], each token's outcome set.
+      state_sets: int32[Q, NSq], the sets that occur from a lexer state (local set 0: empty).
+      mask_rows: uint32[R, W]; dense_row, dense_set: int32[Q, B]; sparse_token, sparse_set:
+        int32[Q, Z]: a lexer state's mask is its rows and tokens whose (local) sets are valid.
       eos_mask: uint32[W], the EOS bits.
       fallback_token: int32[], the first EOS id.
       vocab_size, logits_width: static vocabulary sizes.
-      stack_depth, max_configs, overlay: static bounds D, K and the LR scratch size.
+      stack_depth, max_configs, overlay, lanes: static bounds D, K, the LR scratch size and
+        the trie nodes checked at once.
     """
 
     lexer_start: jax.Array
-    pending_columns: jax.Array
-    pending_free: jax.Array
     eos_terminals: jax.Array
     eos_length: jax.Array
     eos_lexer_ends: jax.Array
@@ -68,12 +78,26 @@ class CompiledCFG:
     rule_lhs: jax.Array
     rule_length: jax.Array
     lr_start: jax.Array
+    node_parent: jax.Array
+    node_column: jax.Array
+    chunk_start: jax.Array
+    num_chunks: jax.Array
+    state_outcomes: jax.Array
     outcome_terminals: jax.Array
     outcome_length: jax.Array
+    outcome_node: jax.Array
+    outcome_lookahead: jax.Array
+    outcome_free: jax.Array
     outcome_lexer: jax.Array
-    set_outcomes: jax.Array
-    token_set: jax.Array
-    state_outcomes: jax.Array
+    set_members: jax.Array
+    token_class: jax.Array
+    class_set: jax.Array
+    state_sets: jax.Array
+    mask_rows: jax.Array
+    dense_row: jax.Array
+    dense_set: jax.Array
+    sparse_token: jax.Array
+    sparse_set: jax.Array
     eos_mask: jax.Array
     fallback_token: jax.Array
     vocab_size: int
@@ -81,6 +105,7 @@ class CompiledCFG:
     stack_depth: int
     max_configs: int
     overlay: int
+    lanes: int
 
     @property
     def mask_words(self) -> int:
@@ -91,27 +116,21 @@ class CompiledCFG:
         return table_bytes(self)
 
     def init_state(self) -> CFGState:
-        k, d = self.max_configs, self.stack_depth
-        return CFGState(
-            stacks=jnp.zeros((k, d), jnp.int32).at[0, 0].set(self.lr_start),
-            depth=jnp.zeros(k, jnp.int32).at[0].set(1),
-            lexer=jnp.zeros(k, jnp.int32).at[0].set(self.lexer_start),
-            live=jnp.zeros(k, jnp.bool_).at[0].set(True),
-            finished=jnp.bool_(False),
-            overflow=jnp.bool_(False),
-        )
+        from ananke_jax._src.runtime.pushdown import cfg_init_state  # the runtime imports this module
+
+        return cfg_init_state(self)
 
     def __repr__(self) -> str:
         return (
-            f"CompiledCFG(kind=pushdown, lexer_states={self.token_set.shape[0]}, "
-            f"lr_states={self.goto.shape[0]}, outcomes={self.outcome_length.shape[0]}, "
-            f"outcome_sets={self.set_outcomes.shape[0]}, stack_depth={self.stack_depth}, "
+            f"CompiledCFG(kind=pushdown, lexer_states={self.class_set.shape[0]}, "
+            f"lr_states={self.goto.shape[0]}, trie_nodes={self.node_parent.shape[1] - self.lanes}, "
+            f"outcome_sets={self.set_members.shape[0]}, stack_depth={self.stack_depth}, "
             f"max_configs={self.max_configs}, vocab_size={self.vocab_size}, "
             f"logits_width={self.logits_width}, table_bytes={self.table_bytes:,})"
         )
 
 
-_META = ["vocab_size", "logits_width", "stack_depth", "max_configs", "overlay"]
+_META = ["vocab_size", "logits_width", "stack_depth", "max_configs", "overlay", "lanes"]
 jax.tree_util.register_dataclass(
     CompiledCFG,
     data_fields=[f.name for f in dataclasses.fields(CompiledCFG) if f.name not in _META],

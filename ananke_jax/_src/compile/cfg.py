@@ -19,7 +19,8 @@ import numpy as np
 from ananke_jax._src.compile.automaton import DEAD, row_groups
 from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
-from ananke_jax._src.compile.token_table import build_trie, spell_tokens
+from ananke_jax._src.compile.outcome_trie import outcome_tries
+from ananke_jax._src.compile.token_table import build_trie, spell_tokens, token_classes
 from ananke_jax._src.compiled_cfg import CompiledCFG
 from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar
@@ -31,7 +32,7 @@ MAX_FRONTIER = 20_000_000
 
 @dataclasses.dataclass(frozen=True)
 class CFGTables:
-    """Everything the pushdown engine gathers from (see `CompiledCFG` for the device layout).
+    """Everything the pushdown engine's tables are made from.
 
     Attributes:
       lexer: the terminals' product automaton.
@@ -40,10 +41,12 @@ class CFGTables:
       outcome_terminals: int32[O, M], the LR columns an outcome completes (padded with -1).
       outcome_length: int32[O].
       outcome_lexer: int32[O], the lexer state after the token.
-      set_outcomes: int32[NS, Z], the outcomes of each outcome set (padded with -1); set 0 is
-        empty.
-      token_set: int32[Q, logits_width], the outcome set of each token from each lexer state.
-      state_outcomes: int32[Q, P], the outcomes that occur from each lexer state (padded -1).
+      state_outcomes: int32[Q, P], the outcomes that occur from each lexer state (padded -1);
+        an outcome's *local* index is its position in its state's row.
+      set_members: int32[NS, Z], the local outcomes of each outcome set (padded with -1);
+        set 0 is empty. A set means the same local indices from every lexer state.
+      token_class: int32[logits_width], tokens alike from every lexer state share a class.
+      class_set: int32[Q, C], the outcome set of each token class from each lexer state.
     """
 
     lexer: Lexer
@@ -52,9 +55,14 @@ class CFGTables:
     outcome_terminals: np.ndarray
     outcome_length: np.ndarray
     outcome_lexer: np.ndarray
-    set_outcomes: np.ndarray
-    token_set: np.ndarray
     state_outcomes: np.ndarray
+    set_members: np.ndarray
+    token_class: np.ndarray
+    class_set: np.ndarray
+
+    def token_sets(self, q: int) -> np.ndarray:
+        """int32[logits_width]: the outcome set of every token from lexer state ``q``."""
+        return self.class_set[q][self.token_class]
 
 
 def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
@@ -73,12 +81,17 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
     follow = terminal_follow(grammar, lr.terminals)
     walk = _walk_outcomes(lexer, spelled.transitions, spelled.strings, lr_column, follow)
     q, string, outcome, terminals, lengths, lexer_after = walk
-    group_q, group_string, set_of_group, set_outcomes = _outcome_sets(q, string, outcome)
+    state_q, state_outcome = _unique_pairs(q, outcome)
+    # Local index of each outcome within its state's (sorted) row.
+    first = np.searchsorted(state_q, np.arange(lexer.num_states))
+    local = np.searchsorted(state_q * len(lengths) + state_outcome, q * len(lengths) + outcome) - first[q]
+    group_q, group_string, set_of_group, set_members = _outcome_sets(q, string, local)
 
-    group_set = np.full((lexer.num_states, len(spelled.strings)), EMPTY_SET, np.int32)
-    group_set[group_q, group_string] = set_of_group
-    token_set = np.full((lexer.num_states, vocab.logits_width), EMPTY_SET, np.int32)
-    token_set[:, spelled.token_ids] = group_set[:, spelled.spelling]
+    group_set = np.full((lexer.num_states, len(spelled.strings) + 1), EMPTY_SET, np.int32)
+    group_set[group_q, group_string] = set_of_group  # the last column: tokens never allowed
+    string_class, representatives = token_classes(lambda states: group_set[states], lexer.num_states)
+    token_class = np.full(vocab.logits_width, string_class[-1], np.int32)
+    token_class[spelled.token_ids] = string_class[spelled.spelling]
 
     return CFGTables(
         lexer=lexer,
@@ -87,9 +100,10 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
         outcome_terminals=terminals,
         outcome_length=lengths,
         outcome_lexer=lexer_after,
-        set_outcomes=set_outcomes,
-        token_set=token_set,
-        state_outcomes=_padded_groups(*_unique_pairs(q, outcome), lexer.num_states),
+        state_outcomes=_padded_groups(state_q, state_outcome, lexer.num_states),
+        set_members=set_members,
+        token_class=token_class,
+        class_set=group_set[:, representatives],
     )
 
 
@@ -115,58 +129,70 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], 
     # so column[i] is also the last terminal of sequence i.
     seq_parent, seq_column, seq_index = [0], [-1], {}
 
-    def extend(seqs: np.ndarray, terminal: np.ndarray) -> np.ndarray:
-        cols = lr_column[terminal]
-        keys = seqs * (len(lr_column) + 1) + terminal
-        unique, inverse = np.unique(keys[cols >= 0], return_inverse=True)
+    def extend(seqs: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        """The interned ids of ``seqs`` + ``columns`` (LR columns, all >= 0)."""
+        keys = seqs * (len(lr_column) + 1) + columns
+        unique, inverse = np.unique(keys, return_inverse=True)
         ids = np.empty(len(unique), np.int64)
         for j, key in enumerate(unique.tolist()):
             if key not in seq_index:
                 seq_index[key] = len(seq_parent)
                 seq_parent.append(key // (len(lr_column) + 1))
-                seq_column.append(int(lr_column[key % (len(lr_column) + 1)]))
+                seq_column.append(key % (len(lr_column) + 1))
             ids[j] = seq_index[key]
-        out = seqs.copy()  # ignored terminals leave the sequence as it is
-        out[cols >= 0] = ids[inverse.reshape(-1)]
-        return out
+        return ids[inverse.reshape(-1)]
 
-    live = np.arange(1, lexer.num_states)
-    frontier = np.stack([live, np.zeros_like(live), live, np.zeros_like(live)], axis=1).astype(np.int64)
+    # The terminals each lexer state ends, padded with -1 (few per state).
+    end_terminals = _padded_groups(*np.nonzero(ends), lexer.num_states) if ends.any() else np.full((lexer.num_states, 1), -1)
+    # may_start[a + 1, p]: after LR column a (or -1: none yet), lexer state p may still become a
+    # terminal that can follow.
+    may_start = np.concatenate([np.ones((1, lexer.num_states), bool), (lexer.alive[None, :, :] & follow_lexer[:, None, :]).any(axis=2)])
+    # Frontier rows (trie node, source state, lexer state, sequence) packed into sorted int64 keys,
+    # the node most significant: the rows of one node are contiguous.
+    q_bits = max(1, (lexer.num_states - 1).bit_length())
+    node_shift = 63 - max(1, trie.num_nodes.bit_length())
+    q_shift = node_shift - q_bits
+    lex_shift = q_shift - q_bits  # the sequence id takes the low bits
+    state_mask, seq_mask = (1 << q_bits) - 1, (1 << lex_shift) - 1
+    live = np.arange(1, lexer.num_states, dtype=np.int64)
+    keys = (live << q_shift) | (live << lex_shift)
     found = []
     offset = 1
     for parents, labels in zip(trie.parents, trie.labels):
-        children = offset + np.arange(len(parents))
+        children = offset + np.arange(len(parents), dtype=np.int64)
         offset += len(parents)
-        order = np.argsort(frontier[:, 1], kind="stable")
-        nodes = frontier[order, 1]
-        lo, hi = np.searchsorted(nodes, parents, "left"), np.searchsorted(nodes, parents, "right")
+        lo = np.searchsorted(keys, parents.astype(np.int64) << node_shift)
+        hi = np.searchsorted(keys, (parents.astype(np.int64) + 1) << node_shift)
         counts = hi - lo
-        pick = order[np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(counts.sum())]
-        child, label = np.repeat(children, counts), np.repeat(labels.astype(np.int64), counts)
-        q, lex, seq = frontier[pick, 0], frontier[pick, 2], frontier[pick, 3]
+        pick = np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(counts.sum())
+        child, label, row = np.repeat(children << node_shift, counts), np.repeat(labels, counts), keys[pick]
+        lex = (row >> lex_shift) & state_mask
+        kept = row & ((state_mask << q_shift) | seq_mask)  # source state and sequence
         # Read on inside the current terminal...
         cont = transitions[lex, label]
+        alive = cont != DEAD
+        inside = child[alive] | kept[alive] | (cont[alive].astype(np.int64) << lex_shift)
         # ...or cut after a terminal that ends here and start the next one with this byte,
         # where the grammar lets the next terminal follow the one just cut.
-        pair, terminal = np.nonzero(ends[lex])
-        cut = start_row[label[pair]]
-        last, column = np.asarray(seq_column)[seq[pair]], lr_column[terminal]
+        pair, slot = np.nonzero(end_terminals[lex] >= 0)
+        column, cut = lr_column[end_terminals[lex[pair], slot]], start_row[label[pair]]
+        seq = row[pair] & seq_mask
+        last = np.asarray(seq_column)[seq]
         new_last = np.where(column >= 0, column, last)
-        fits = (column < 0) | (last < 0) | follow[np.maximum(last, 0), np.maximum(column, 0)]
-        fits &= (new_last < 0) | (lexer.alive[cut] & follow_lexer[np.maximum(new_last, 0)]).any(axis=1)
-        keep = (cut != DEAD) & fits
-        rows = np.concatenate(
-            [
-                np.stack([q, child, cont, seq], axis=1)[cont != DEAD],
-                np.stack([q[pair], child[pair], cut, extend(seq[pair], terminal)], axis=1)[keep],
-            ]
-        )
-        frontier = _unique_rows(rows)
-        if len(frontier) > MAX_FRONTIER:
+        fits = (cut != DEAD) & ((column < 0) | (last < 0) | follow[np.maximum(last, 0), np.maximum(column, 0)])
+        fits &= may_start[new_last + 1, cut]
+        pair, column, cut, seq = pair[fits], column[fits], cut[fits], seq[fits]
+        extended = seq.copy()  # ignored terminals leave the sequence as it is
+        extended[column >= 0] = extend(seq[column >= 0], column[column >= 0])
+        if len(seq_parent) > seq_mask:
             raise GrammarError("the grammar's lexer is too ambiguous for this vocabulary")
-        at_end = string_at[frontier[:, 1]] >= 0
-        found.append(frontier[at_end])
-    found = np.concatenate(found) if found else np.zeros((0, 4), np.int64)
+        cuts = child[pair] | (row[pair] & (state_mask << q_shift)) | (cut.astype(np.int64) << lex_shift) | extended
+        keys = _sorted_unique(np.concatenate([inside, cuts]))
+        if len(keys) > MAX_FRONTIER:
+            raise GrammarError("the grammar's lexer is too ambiguous for this vocabulary")
+        found.append(keys[string_at[keys >> node_shift] >= 0])
+    found = np.concatenate(found) if found else np.zeros(0, np.int64)
+    found = np.stack([(found >> q_shift) & state_mask, found >> node_shift, (found >> lex_shift) & state_mask, found & seq_mask], axis=1)
 
     # An outcome is a (terminal sequence, final lexer state) pair.
     pairs = found[:, 3] * lexer.num_states + found[:, 2]
@@ -191,8 +217,8 @@ def _materialise(parent: np.ndarray, column: np.ndarray, seqs: np.ndarray) -> tu
     return out, lengths.astype(np.int32)
 
 
-def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Intern the set of outcomes of each (state, string) group.
+def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Intern the set of (local) outcomes of each (state, string) group.
 
     Returns:
       The state, string and set id of each group, and int32[NS, Z], the outcomes of each set
@@ -227,16 +253,29 @@ def _unique_rows(rows: np.ndarray) -> np.ndarray:
     """The distinct rows of a non-negative int64[N, k] array, sorted lexicographically.
 
     Rows are packed into one int64 key when their values fit in 63 bits (a 1-D sort is far
-    faster than ``np.unique(axis=0)``); otherwise a lexsort groups them.
+    faster than ``np.unique(axis=0)``, and than ``np.unique``'s hashing); otherwise a lexsort
+    groups them.
     """
     if not len(rows):
         return rows
     widths = [max(1, int(rows[:, j].max()).bit_length()) for j in range(rows.shape[1])]
     if sum(widths) > 63:
         return rows[np.unique(row_groups(rows), return_index=True)[1]]
-    shifts = np.cumsum([0] + widths[::-1])[:-1][::-1]  # the first column is the most significant
-    keys = np.unique((rows << np.asarray(shifts, np.int64)).sum(axis=1))
-    return (keys[:, None] >> np.asarray(shifts, np.int64)) & ((np.int64(1) << np.asarray(widths, np.int64)) - 1)
+    keys = rows[:, 0].astype(np.int64)
+    for j in range(1, rows.shape[1]):
+        keys = (keys << widths[j]) | rows[:, j]
+    keys = _sorted_unique(keys)
+    out = np.empty((len(keys), rows.shape[1]), np.int64)
+    for j in reversed(range(rows.shape[1])):
+        out[:, j] = keys & ((1 << widths[j]) - 1)
+        keys = keys >> widths[j]
+    return out
+
+
+def _sorted_unique(keys: np.ndarray) -> np.ndarray:
+    """The distinct values of a 1-D array, sorted (a sort: ``np.unique`` hashes, far slower)."""
+    keys = np.sort(keys)
+    return keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
 
 
 def _padded_groups(keys: np.ndarray, values: np.ndarray, num_keys: int) -> np.ndarray:
@@ -245,6 +284,58 @@ def _padded_groups(keys: np.ndarray, values: np.ndarray, num_keys: int) -> np.nd
     out = np.full((num_keys, max(1, int(counts.max(initial=0)))), -1, np.int32)
     rank = np.arange(len(keys)) - np.repeat(np.cumsum(counts) - counts, counts)
     out[keys, rank] = values
+    return out
+
+
+def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
+    """Each lexer state's mask as a sum of parts gated by outcome sets.
+
+    A set that holds many tokens from a state gets a dense packed row; the tokens of the other
+    sets are listed one by one (most lexer states allow few tokens).
+
+    Returns:
+      state_sets int32[Q, NSq]: the sets that occur from each state, local index 0 being the
+      empty set; rows uint32[R, W] (row 0 is empty); dense_row, dense_set int32[Q, B]: each
+      state's rows and the local sets that gate them; sparse_token, sparse_set int32[Q, Z].
+    """
+    threshold = max(32, words // 32)
+    rows, row_index = [np.zeros(words, np.uint32)], {}
+    state_sets, dense, sparse = [], [], []
+    for q in range(tables.lexer.num_states):
+        global_sets = tables.token_sets(q)
+        occurring, sets = np.unique(global_sets, return_inverse=True)
+        if occurring[0] != EMPTY_SET:  # keep local set 0 empty
+            occurring, sets = np.append(EMPTY_SET, occurring), sets + 1
+        counts = np.bincount(sets)
+        counts[0] = 0
+        gated = []
+        for s in np.flatnonzero(counts >= threshold).tolist():
+            bits = np.zeros(32 * words, bool)
+            bits[: len(sets)] = sets == s
+            row = np.packbits(bits, bitorder="little").view("<u4").astype(np.uint32)
+            index = row_index.setdefault(row.tobytes(), len(rows))
+            if index == len(rows):
+                rows.append(row)
+            gated.append((index, s))
+        small = np.flatnonzero((counts[sets] > 0) & (counts[sets] < threshold))
+        state_sets.append(occurring)
+        dense.append(gated)
+        sparse.append((small, sets[small]))
+    q_count = tables.lexer.num_states
+    b, z = max(1, max(map(len, dense))), max(1, max(len(t) for t, _ in sparse))
+    out = (
+        np.zeros((q_count, max(map(len, state_sets))), np.int32),
+        np.stack(rows),
+        np.zeros((q_count, b), np.int32),
+        np.zeros((q_count, b), np.int32),
+        np.zeros((q_count, z), np.int32),
+        np.zeros((q_count, z), np.int32),
+    )
+    for q in range(q_count):
+        out[0][q, : len(state_sets[q])] = state_sets[q]
+        for j, (row, s) in enumerate(dense[q]):
+            out[2][q, j], out[3][q, j] = row, s
+        out[4][q, : len(sparse[q][0])], out[5][q, : len(sparse[q][0])] = sparse[q]
     return out
 
 
@@ -269,19 +360,19 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     for i, col in enumerate(t.lr_column):
         if col >= 0:
             pending[:, col] |= lexer.alive[:, i]
-    pending_columns = _padded_groups(*np.nonzero(pending), lexer.num_states)
     is_start = np.arange(lexer.num_states) == lexer.start
     pending_free = is_start | (lexer.alive & (t.lr_column < 0)).any(axis=1)
+    tries = outcome_tries(t.state_outcomes, t.outcome_terminals, t.outcome_length, t.outcome_lexer, pending, pending_free)
     eos_terminals = np.full((n + 1, 2), -1, np.int32)
     eos_terminals[:, 0] = np.append(np.where(t.lr_column >= 0, t.lr_column, end), end)
     eos_terminals[:n, 1] = np.where(t.lr_column >= 0, end, -1)
     eos_length = (eos_terminals >= 0).sum(axis=1).astype(np.int32)
-    eos_bits = np.zeros(32 * -(-vocab.logits_width // 32), bool)
+    words = -(-vocab.logits_width // 32)
+    eos_bits = np.zeros(32 * words, bool)
     eos_bits[list(vocab.eos_token_ids)] = True
+    state_sets, rows, dense_row, dense_set, sparse_token, sparse_set = _mask_parts(t, words)
     return CompiledCFG(
         lexer_start=jnp.int32(lexer.start),
-        pending_columns=jnp.asarray(pending_columns),
-        pending_free=jnp.asarray(pending_free),
         eos_terminals=jnp.asarray(eos_terminals),
         eos_length=jnp.asarray(eos_length),
         eos_lexer_ends=jnp.asarray(np.concatenate([lexer.ends, is_start[:, None]], axis=1)),
@@ -291,12 +382,26 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         rule_lhs=jnp.asarray(lr.rule_lhs, jnp.int32),
         rule_length=jnp.asarray(lr.rule_length, jnp.int32),
         lr_start=jnp.int32(lr.start_state),
+        node_parent=jnp.asarray(tries.node_parent),
+        node_column=jnp.asarray(tries.node_column),
+        chunk_start=jnp.asarray(tries.chunk_start),
+        num_chunks=jnp.asarray(tries.num_chunks),
+        state_outcomes=jnp.asarray(t.state_outcomes),
         outcome_terminals=jnp.asarray(t.outcome_terminals),
         outcome_length=jnp.asarray(t.outcome_length),
-        outcome_lexer=jnp.asarray(t.outcome_lexer),
-        set_outcomes=jnp.asarray(t.set_outcomes),
-        token_set=jnp.asarray(t.token_set),
-        state_outcomes=jnp.asarray(t.state_outcomes),
+        outcome_node=jnp.asarray(tries.outcome_node),
+        outcome_lookahead=jnp.asarray(tries.outcome_lookahead),
+        outcome_free=jnp.asarray(tries.outcome_free),
+        outcome_lexer=jnp.asarray(tries.outcome_lexer),
+        set_members=jnp.asarray(t.set_members),
+        token_class=jnp.asarray(t.token_class),
+        class_set=jnp.asarray(t.class_set),
+        state_sets=jnp.asarray(state_sets),
+        mask_rows=jnp.asarray(rows),
+        dense_row=jnp.asarray(dense_row),
+        dense_set=jnp.asarray(dense_set),
+        sparse_token=jnp.asarray(sparse_token),
+        sparse_set=jnp.asarray(sparse_set),
         eos_mask=jnp.asarray(np.packbits(eos_bits, bitorder="little").view("<u4").astype(np.uint32)),
         fallback_token=jnp.int32(vocab.eos_token_ids[0]),
         vocab_size=len(vocab),
@@ -304,4 +409,5 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         stack_depth=stack_depth,
         max_configs=max_configs,
         overlay=min(32, stack_depth),
+        lanes=tries.lanes,
     )

@@ -185,7 +185,7 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
 
     trie = build_trie(strings, list(range(len(strings))))
     block = max(1, _BLOCK_ENTRIES // max(trie.num_nodes, len(strings) + 2))
-    item_class, representatives = _token_classes(lambda states: columns(trie, states), num_states, block)
+    item_class, representatives = token_classes(lambda states: columns(trie, states), num_states, block)
     # The transition table needs one column per class: walk the representatives alone.
     rep_strings = [strings[r] for r in representatives if r < len(strings)]
     rep_columns = columns(build_trie(rep_strings, list(range(len(rep_strings)))), np.arange(num_states))
@@ -226,11 +226,12 @@ def _packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[
     return mask_rows, row_of_state.astype(np.int32)
 
 
-def _token_classes(columns, num_states: int, block: int) -> tuple[np.ndarray, np.ndarray]:
+def token_classes(columns, num_states: int, block: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Group tokens whose columns (state after the token, for every state) are identical.
 
     Columns are compared through two independent 64-bit random linear hashes, computed over
-    blocks of states so memory stays bounded; a collision of both has probability ~2^-120.
+    blocks of states (all at once by default) so memory stays bounded; a collision of both has
+    probability ~2^-120.
 
     Returns:
       class_of_token: int32[N], the class of each column; representatives: int64[C], one column
@@ -238,6 +239,7 @@ def _token_classes(columns, num_states: int, block: int) -> tuple[np.ndarray, np
     """
     multipliers = np.random.default_rng(0).integers(1, 2**63, size=(2, num_states), dtype=np.uint64) | np.uint64(1)
     hashes = 0
+    block = block or num_states
     for lo in range(0, num_states, block):
         states = np.arange(lo, min(lo + block, num_states))
         hashes = hashes + multipliers[:, states] @ columns(states).astype(np.uint64)

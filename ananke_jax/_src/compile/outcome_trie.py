@@ -1,0 +1,144 @@
+"""Prefix trees of the terminal sequences the device must check from each lexer state (host).
+
+From a lexer state, every outcome of a token feeds a sequence of terminals to the parser and
+then needs one of the terminals its final lexer state may still complete to be acceptable
+(its *lookahead*). Outcomes share prefixes, and many share lookaheads, so the device checks the
+nodes of one prefix tree per lexer state, each node feeding a single terminal to the parser
+configuration of its parent. Nodes are numbered breadth first and cut into *chunks* of at most
+``lanes`` consecutive nodes whose parents all lie in earlier chunks: a chunk is one vectorised
+parser step on the device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class OutcomeTries:
+    """Per lexer state, padded to common shapes (Q states, N nodes, P outcomes).
+
+    Attributes:
+      node_parent: int32[Q, N + lanes], the parent node (-1: the configuration itself; also
+        the padding, so that a chunk read past the last node stays in bounds).
+      node_column: int32[Q, N + lanes], the LR column a node feeds.
+      chunk_start: int32[Q, CH], the first node of each chunk; num_chunks: int32[Q].
+      outcome_node: int32[Q, P], the node that ends an outcome's terminals (-1: none).
+      outcome_lookahead: int32[Q, P, L], the nodes of its lookahead terminals (-1 padding).
+      outcome_free: bool[Q, P], its final lexer state needs no lookahead.
+      outcome_lexer: int32[Q, P], its final lexer state (-1: padding, not an outcome).
+      lanes: nodes per chunk.
+    """
+
+    node_parent: np.ndarray
+    node_column: np.ndarray
+    chunk_start: np.ndarray
+    num_chunks: np.ndarray
+    outcome_node: np.ndarray
+    outcome_lookahead: np.ndarray
+    outcome_free: np.ndarray
+    outcome_lexer: np.ndarray
+    lanes: int
+
+
+def outcome_tries(
+    state_outcomes: np.ndarray,
+    terminals: np.ndarray,
+    lengths: np.ndarray,
+    lexer_after: np.ndarray,
+    pending: np.ndarray,
+    pending_free: np.ndarray,
+    max_lanes: int = 64,
+) -> OutcomeTries:
+    """Build the tries.
+
+    Args:
+      state_outcomes: int32[Q, P], the outcomes of each lexer state (padded -1).
+      terminals, lengths, lexer_after: per outcome, its LR columns (int32[O, M]), how many,
+        and its final lexer state.
+      pending: bool[Q, T], the LR columns a lexer state may still complete.
+      pending_free: bool[Q], lexer states that need no lookahead.
+      max_lanes: the most nodes in one chunk.
+    """
+    num_states, width = state_outcomes.shape
+    per_state = []
+    for q in range(num_states):
+        index: dict[tuple[int, int], int] = {}
+        parent: list[int] = []
+        column: list[int] = []
+        level: list[int] = []
+
+        def node(under: int, col: int) -> int:
+            key = (under, col)
+            if key not in index:
+                index[key] = len(parent)
+                parent.append(under)
+                column.append(col)
+                level.append(level[under] + 1 if under >= 0 else 1)
+            return index[key]
+
+        ends, lookaheads = [], []
+        for o in state_outcomes[q][state_outcomes[q] >= 0].tolist():
+            at = -1
+            for col in terminals[o, : lengths[o]].tolist():
+                at = node(at, col)
+            ends.append(at)
+            after = lexer_after[o]
+            looks = [] if pending_free[after] else [node(at, int(c)) for c in np.flatnonzero(pending[after])]
+            lookaheads.append(looks)
+        order = np.argsort(np.asarray(level, np.int64), kind="stable")  # breadth first
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order))
+        renumber = lambda i: int(rank[i]) if i >= 0 else -1
+        parents = np.asarray([renumber(parent[i]) for i in order], np.int64)
+        per_state.append((parents, np.asarray(column, np.int64)[order], [renumber(e) for e in ends], [[renumber(n) for n in looks] for looks in lookaheads]))
+
+    widest_level = max((int(np.bincount(_levels(p)).max()) for p, *_ in per_state if len(p)), default=1)
+    lanes = int(min(max_lanes, 1 << max(0, widest_level - 1).bit_length()))
+    chunks = [_chunks(p, lanes) for p, *_ in per_state]
+    nodes = max(1, max(len(p) for p, *_ in per_state))
+    looks = max(1, max((len(x) for *_, ls in per_state for x in ls), default=1))
+    out = OutcomeTries(
+        node_parent=np.full((num_states, nodes + lanes), -1, np.int32),
+        node_column=np.zeros((num_states, nodes + lanes), np.int32),
+        chunk_start=np.zeros((num_states, max(1, max(map(len, chunks)))), np.int32),
+        num_chunks=np.asarray([len(c) for c in chunks], np.int32),
+        outcome_node=np.full((num_states, width), -1, np.int32),
+        outcome_lookahead=np.full((num_states, width, looks), -1, np.int32),
+        outcome_free=np.zeros((num_states, width), bool),
+        outcome_lexer=np.full((num_states, width), -1, np.int32),
+        lanes=lanes,
+    )
+    for q, (parents, columns, ends, lookaheads) in enumerate(per_state):
+        out.node_parent[q, : len(parents)] = parents
+        out.node_column[q, : len(columns)] = columns
+        out.chunk_start[q, : len(chunks[q])] = chunks[q]
+        outcomes = state_outcomes[q][state_outcomes[q] >= 0]
+        out.outcome_node[q, : len(ends)] = ends
+        for p, looks in enumerate(lookaheads):
+            out.outcome_lookahead[q, p, : len(looks)] = looks
+        out.outcome_free[q, : len(outcomes)] = pending_free[lexer_after[outcomes]]
+        out.outcome_lexer[q, : len(outcomes)] = lexer_after[outcomes]
+    return out
+
+
+def _levels(parents: np.ndarray) -> np.ndarray:
+    """int64[N]: the depth of each node (breadth-first numbering, parents first)."""
+    level = np.zeros(len(parents), np.int64)
+    for i, p in enumerate(parents.tolist()):
+        level[i] = level[p] + 1 if p >= 0 else 1
+    return level
+
+
+def _chunks(parents: np.ndarray, lanes: int) -> list[int]:
+    """Greedy chunk starts: up to ``lanes`` consecutive nodes, none the parent of another."""
+    starts, start = [], 0
+    while start < len(parents):
+        end = start + 1
+        while end < len(parents) and end - start < lanes and parents[end] < start:
+            end += 1
+        starts.append(start)
+        start = end
+    return starts
