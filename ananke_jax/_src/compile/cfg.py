@@ -16,7 +16,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from ananke_jax._src.compile.automaton import DEAD, row_groups
+from ananke_jax._src.compile.automaton import DEAD
 from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import outcome_tries
@@ -81,10 +81,10 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
     follow = terminal_follow(grammar, lr.terminals)
     walk = _walk_outcomes(lexer, spelled.transitions, spelled.strings, lr_column, follow)
     q, string, outcome, terminals, lengths, lexer_after = walk
-    state_q, state_outcome = _unique_pairs(q, outcome)
-    # Local index of each outcome within its state's (sorted) row.
-    first = np.searchsorted(state_q, np.arange(lexer.num_states))
-    local = np.searchsorted(state_q * len(lengths) + state_outcome, q * len(lengths) + outcome) - first[q]
+    present = np.zeros((lexer.num_states, len(lengths)), bool)
+    present[q, outcome] = True
+    state_q, state_outcome = np.nonzero(present)
+    local = (np.cumsum(present, axis=1) - 1)[q, outcome]  # the outcome's index in its state's row
     group_q, group_string, set_of_group, set_members = _outcome_sets(q, string, local)
 
     group_set = np.full((lexer.num_states, len(spelled.strings) + 1), EMPTY_SET, np.int32)
@@ -196,7 +196,8 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], 
 
     # An outcome is a (terminal sequence, final lexer state) pair.
     pairs = found[:, 3] * lexer.num_states + found[:, 2]
-    unique_pairs, outcome = np.unique(pairs, return_inverse=True)
+    unique_pairs = _sorted_unique(pairs)
+    outcome = np.searchsorted(unique_pairs, pairs)
     seqs, lexer_after = unique_pairs // lexer.num_states, unique_pairs % lexer.num_states
     terminals, lengths = _materialise(np.asarray(seq_parent), np.asarray(seq_column), seqs)
     return found[:, 0], string_at[found[:, 1]], outcome.reshape(-1), terminals, lengths, lexer_after.astype(np.int32)
@@ -220,56 +221,28 @@ def _materialise(parent: np.ndarray, column: np.ndarray, seqs: np.ndarray) -> tu
 def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Intern the set of (local) outcomes of each (state, string) group.
 
+    The rows come from `_walk_outcomes`, distinct and with the rows of a group contiguous.
+
     Returns:
       The state, string and set id of each group, and int32[NS, Z], the outcomes of each set
       padded with -1 (set 0 is empty).
     """
-    stride = int(string.max(initial=0)) + 1
-    groups, members = _unique_pairs(q * stride + string, outcome)
+    starts = np.flatnonzero(np.concatenate([[True], (q[1:] != q[:-1]) | (string[1:] != string[:-1])])) if len(q) else np.zeros(0, np.int64)
     # Sets are compared by two random 64-bit sums of their members (collisions ~2^-120).
-    rng = np.random.default_rng(0)
-    weights = rng.integers(1, 2**63, size=(2, int(outcome.max(initial=0)) + 1), dtype=np.uint64)
-    starts = np.flatnonzero(np.concatenate([[True], groups[1:] != groups[:-1]]))
-    keys = np.stack([np.add.reduceat(weights[0][members], starts), np.add.reduceat(weights[1][members], starts)], axis=1) if len(starts) else np.zeros((0, 2), np.uint64)
-    _, first, set_of_group = np.unique(keys[:, 0], return_index=True, return_inverse=True)
-    if not (keys[first][set_of_group.reshape(-1), 1] == keys[:, 1]).all():
-        _, first, set_of_group = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    sizes = np.diff(np.append(starts, len(members)))
-    width = int(sizes.max(initial=1))
-    set_outcomes = np.full((len(first) + 1, width), -1, np.int32)
+    weights = np.random.default_rng(0).integers(1, 2**63, size=(2, int(outcome.max(initial=0)) + 1), dtype=np.uint64)
+    keys = [np.add.reduceat(w[outcome], starts) if len(starts) else np.zeros(0, np.uint64) for w in weights]
+    distinct = _sorted_unique(keys[0])
+    set_of_group = np.searchsorted(distinct, keys[0])
+    first = np.empty(len(distinct), np.int64)
+    first[set_of_group] = np.arange(len(starts))  # one group of each set
+    if not (keys[1][first][set_of_group] == keys[1]).all():  # the first sums collided
+        _, first, set_of_group = np.unique(np.stack(keys, axis=1), axis=0, return_index=True, return_inverse=True)
+        set_of_group = set_of_group.reshape(-1)
+    sizes = np.diff(np.append(starts, len(outcome)))
+    set_members = np.full((len(distinct) + 1, int(sizes.max(initial=1))), -1, np.int32)
     for j, g in enumerate(first.tolist()):
-        set_outcomes[j + 1, : sizes[g]] = members[starts[g] : starts[g] + sizes[g]]
-    keys = groups[starts]
-    return keys // stride, keys % stride, (set_of_group.reshape(-1) + 1).astype(np.int32), set_outcomes
-
-
-def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unique (a, b) pairs of non-negative ints, sorted by a then b."""
-    pairs = _unique_rows(np.stack([a, b], axis=1).astype(np.int64))
-    return pairs[:, 0], pairs[:, 1]
-
-
-def _unique_rows(rows: np.ndarray) -> np.ndarray:
-    """The distinct rows of a non-negative int64[N, k] array, sorted lexicographically.
-
-    Rows are packed into one int64 key when their values fit in 63 bits (a 1-D sort is far
-    faster than ``np.unique(axis=0)``, and than ``np.unique``'s hashing); otherwise a lexsort
-    groups them.
-    """
-    if not len(rows):
-        return rows
-    widths = [max(1, int(rows[:, j].max()).bit_length()) for j in range(rows.shape[1])]
-    if sum(widths) > 63:
-        return rows[np.unique(row_groups(rows), return_index=True)[1]]
-    keys = rows[:, 0].astype(np.int64)
-    for j in range(1, rows.shape[1]):
-        keys = (keys << widths[j]) | rows[:, j]
-    keys = _sorted_unique(keys)
-    out = np.empty((len(keys), rows.shape[1]), np.int64)
-    for j in reversed(range(rows.shape[1])):
-        out[:, j] = keys & ((1 << widths[j]) - 1)
-        keys = keys >> widths[j]
-    return out
+        set_members[j + 1, : sizes[g]] = np.sort(outcome[starts[g] : starts[g] + sizes[g]])
+    return q[starts], string[starts], (set_of_group + 1).astype(np.int32), set_members
 
 
 def _sorted_unique(keys: np.ndarray) -> np.ndarray:
@@ -299,28 +272,30 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
       state's rows and the local sets that gate them; sparse_token, sparse_set int32[Q, Z].
     """
     threshold = max(32, words // 32)
+    class_size = np.bincount(tables.token_class, minlength=tables.class_set.shape[1])
+    by_class = np.argsort(tables.token_class, kind="stable")  # the tokens of each class, contiguous
+    class_end = np.cumsum(class_size)
     rows, row_index = [np.zeros(words, np.uint32)], {}
     state_sets, dense, sparse = [], [], []
     for q in range(tables.lexer.num_states):
-        global_sets = tables.token_sets(q)
-        occurring, sets = np.unique(global_sets, return_inverse=True)
-        if occurring[0] != EMPTY_SET:  # keep local set 0 empty
-            occurring, sets = np.append(EMPTY_SET, occurring), sets + 1
-        counts = np.bincount(sets)
+        occurring, local = np.unique(np.append(EMPTY_SET, tables.class_set[q]), return_inverse=True)
+        local = local[1:]  # local set 0 is the empty set (the smallest id)
+        counts = np.bincount(local, weights=class_size, minlength=len(occurring))
         counts[0] = 0
         gated = []
         for s in np.flatnonzero(counts >= threshold).tolist():
             bits = np.zeros(32 * words, bool)
-            bits[: len(sets)] = sets == s
+            bits[: len(tables.token_class)] = (local == s)[tables.token_class]
             row = np.packbits(bits, bitorder="little").view("<u4").astype(np.uint32)
             index = row_index.setdefault(row.tobytes(), len(rows))
             if index == len(rows):
                 rows.append(row)
             gated.append((index, s))
-        small = np.flatnonzero((counts[sets] > 0) & (counts[sets] < threshold))
+        small = np.flatnonzero((counts[local] > 0) & (counts[local] < threshold))
+        tokens = [by_class[class_end[c] - class_size[c] : class_end[c]] for c in small.tolist()]
         state_sets.append(occurring)
         dense.append(gated)
-        sparse.append((small, sets[small]))
+        sparse.append((np.concatenate(tokens) if tokens else np.zeros(0, np.int64), np.repeat(local[small], class_size[small])))
     q_count = tables.lexer.num_states
     b, z = max(1, max(map(len, dense))), max(1, max(len(t) for t, _ in sparse))
     out = (

@@ -63,6 +63,9 @@ def outcome_tries(
       max_lanes: the most nodes in one chunk.
     """
     num_states, width = state_outcomes.shape
+    sequences = [row[:n] for row, n in zip(terminals.tolist(), lengths.tolist())]
+    lookahead_columns = [[] if free else np.flatnonzero(row).tolist() for row, free in zip(pending, pending_free.tolist())]
+    after_of = lexer_after.tolist()
     per_state = []
     for q in range(num_states):
         index: dict[tuple[int, int], int] = {}
@@ -82,12 +85,10 @@ def outcome_tries(
         ends, lookaheads = [], []
         for o in state_outcomes[q][state_outcomes[q] >= 0].tolist():
             at = -1
-            for col in terminals[o, : lengths[o]].tolist():
+            for col in sequences[o]:
                 at = node(at, col)
             ends.append(at)
-            after = lexer_after[o]
-            looks = [] if pending_free[after] else [node(at, int(c)) for c in np.flatnonzero(pending[after])]
-            lookaheads.append(looks)
+            lookaheads.append([node(at, col) for col in lookahead_columns[after_of[o]]])
         order = np.argsort(np.asarray(level, np.int64), kind="stable")  # breadth first
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order))

@@ -166,6 +166,7 @@ def _with_verdicts(cg: CompiledCFG, state: CFGState) -> CFGState:
     return state._replace(outcome_ok=valid, complete=complete, overflow=state.overflow | blocked.any())
 
 
+@jax.jit  # tables as arguments: traced eagerly, they would be baked into the program as constants
 def cfg_init_state(cg: CompiledCFG) -> CFGState:
     """The state before any token: one configuration, the LR start state on the stack."""
     k, d = cg.max_configs, cg.stack_depth
