@@ -162,10 +162,12 @@ def test_nesting_beyond_the_stack_depth_is_masked():
         state, opened = _advance(shallow, state, open_paren), opened + 1
         assert opened < 10, "the stack bound must stop nesting"
     assert opened >= 3 and not bool(aj.is_error(shallow, state))
+    assert bool(state.overflow), "the state says that a token was masked for lack of depth"
     deep_state = deep.init_state()
     for _ in range(opened):
         deep_state = _advance(deep, deep_state, open_paren)
     assert bool(aj.is_allowed(_mask(deep, deep_state), open_paren)), "only the bound stops it"
+    assert not bool(deep_state.overflow)
 
 
 def test_forbidden_and_special_tokens_lead_to_the_error_state():

@@ -42,12 +42,9 @@ class CFGState(NamedTuple):
 class CompiledCFG:
     """Token-level tables of a context-free grammar, held as device arrays (a pytree).
 
-    Attributes (Q lexer states, n terminals, S LR states, T LR terminal columns with the end of
+    Attributes (Q lexer states, S LR states, T LR terminal columns with the end of
     input last; per lexer state: N trie nodes, P outcomes, B dense rows, Z sparse tokens):
       lexer_start: int32[], the lexer state right after a cut.
-      eos_terminals: int32[n + 1, 2], eos_length: int32[n + 1], eos_lexer_ends: bool[Q, n + 1]:
-        the LR input that completes the output at EOS, for each terminal that may end in a lexer
-        state (and a last entry for "nothing pending").
       action_kind: int8[S, T]; action_arg, goto, rule_lhs, rule_length, lr_start: LR tables.
       node_parent, node_column: int32[Q, N + lanes], chunk_start: int32[Q, CH],
         num_chunks: int32[Q]: the prefix tree of terminals to check from each lexer state
@@ -56,6 +53,7 @@ class CompiledCFG:
         outcome_terminals: int32[O, M], outcome_length: int32[O], their LR columns.
       outcome_node: int32[Q, P], outcome_lookahead: int32[Q, P, L], outcome_free: bool[Q, P],
         outcome_lexer: int32[Q, P]: each outcome's trie nodes and final lexer state.
+      complete_node: int32[Q, E], the trie nodes that complete the output at EOS.
       set_members: int32[NS, Z], the outcomes (local to a lexer state) of each outcome set.
       token_class: int32[logits_width]; class_set: int32[Q, C], each token's outcome set.
       state_sets: int32[Q, NSq], the sets that occur from a lexer state (local set 0: empty).
@@ -69,9 +67,6 @@ class CompiledCFG:
     """
 
     lexer_start: jax.Array
-    eos_terminals: jax.Array
-    eos_length: jax.Array
-    eos_lexer_ends: jax.Array
     action_kind: jax.Array
     action_arg: jax.Array
     goto: jax.Array
@@ -89,6 +84,7 @@ class CompiledCFG:
     outcome_lookahead: jax.Array
     outcome_free: jax.Array
     outcome_lexer: jax.Array
+    complete_node: jax.Array
     set_members: jax.Array
     token_class: jax.Array
     class_set: jax.Array

@@ -330,27 +330,25 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         raise ValueError(f"need stack_depth >= 2 and max_configs >= 1, got {stack_depth}, {max_configs}")
     t = cfg_tables(grammar, vocab)
     lexer, lr = t.lexer, t.lr
-    n, columns, end = len(lexer.terminals), len(lr.terminals), len(lr.terminals) - 1
+    columns, end = len(lr.terminals), len(lr.terminals) - 1
     pending = np.zeros((lexer.num_states, columns), bool)
     for i, col in enumerate(t.lr_column):
         if col >= 0:
             pending[:, col] |= lexer.alive[:, i]
     is_start = np.arange(lexer.num_states) == lexer.start
     pending_free = is_start | (lexer.alive & (t.lr_column < 0)).any(axis=1)
-    tries = outcome_tries(t.state_outcomes, t.outcome_terminals, t.outcome_length, t.outcome_lexer, pending, pending_free)
-    eos_terminals = np.full((n + 1, 2), -1, np.int32)
-    eos_terminals[:, 0] = np.append(np.where(t.lr_column >= 0, t.lr_column, end), end)
-    eos_terminals[:n, 1] = np.where(t.lr_column >= 0, end, -1)
-    eos_length = (eos_terminals >= 0).sum(axis=1).astype(np.int32)
+    # At EOS the output is complete when the terminal being read may end here and the parser
+    # then takes the end of input (or nothing is being read).
+    completions = [[[end]] if q == lexer.start else [] for q in range(lexer.num_states)]
+    for q, i in zip(*np.nonzero(lexer.ends)):
+        completions[q].append([int(t.lr_column[i]), end] if t.lr_column[i] >= 0 else [end])
+    tries = outcome_tries(t.state_outcomes, t.outcome_terminals, t.outcome_length, t.outcome_lexer, pending, pending_free, completions)
     words = -(-vocab.logits_width // 32)
     eos_bits = np.zeros(32 * words, bool)
     eos_bits[list(vocab.eos_token_ids)] = True
     state_sets, rows, dense_row, dense_set, sparse_token, sparse_set = _mask_parts(t, words)
     return CompiledCFG(
         lexer_start=jnp.int32(lexer.start),
-        eos_terminals=jnp.asarray(eos_terminals),
-        eos_length=jnp.asarray(eos_length),
-        eos_lexer_ends=jnp.asarray(np.concatenate([lexer.ends, is_start[:, None]], axis=1)),
         action_kind=jnp.asarray(lr.action_kind, jnp.int8),
         action_arg=jnp.asarray(lr.action_arg, jnp.int32),
         goto=jnp.asarray(lr.goto, jnp.int32),
@@ -368,6 +366,7 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         outcome_lookahead=jnp.asarray(tries.outcome_lookahead),
         outcome_free=jnp.asarray(tries.outcome_free),
         outcome_lexer=jnp.asarray(tries.outcome_lexer),
+        complete_node=jnp.asarray(tries.complete_node),
         set_members=jnp.asarray(t.set_members),
         token_class=jnp.asarray(t.token_class),
         class_set=jnp.asarray(t.class_set),

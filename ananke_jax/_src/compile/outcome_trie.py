@@ -29,6 +29,8 @@ class OutcomeTries:
       outcome_lookahead: int32[Q, P, L], the nodes of its lookahead terminals (-1 padding).
       outcome_free: bool[Q, P], its final lexer state needs no lookahead.
       outcome_lexer: int32[Q, P], its final lexer state (-1: padding, not an outcome).
+      complete_node: int32[Q, E], nodes whose acceptance means the output is complete (EOS
+        allowed), -1 padding.
       lanes: nodes per chunk.
     """
 
@@ -40,6 +42,7 @@ class OutcomeTries:
     outcome_lookahead: np.ndarray
     outcome_free: np.ndarray
     outcome_lexer: np.ndarray
+    complete_node: np.ndarray
     lanes: int
 
 
@@ -50,6 +53,7 @@ def outcome_tries(
     lexer_after: np.ndarray,
     pending: np.ndarray,
     pending_free: np.ndarray,
+    completions: list[list[list[int]]],
     max_lanes: int = 64,
 ) -> OutcomeTries:
     """Build the tries.
@@ -60,6 +64,7 @@ def outcome_tries(
         and its final lexer state.
       pending: bool[Q, T], the LR columns a lexer state may still complete.
       pending_free: bool[Q], lexer states that need no lookahead.
+      completions: per lexer state, the LR inputs that would complete the output at EOS.
       max_lanes: the most nodes in one chunk.
     """
     num_states, width = state_outcomes.shape
@@ -89,18 +94,25 @@ def outcome_tries(
                 at = node(at, col)
             ends.append(at)
             lookaheads.append([node(at, col) for col in lookahead_columns[after_of[o]]])
+        finals = []
+        for sequence in completions[q]:
+            at = -1
+            for col in sequence:
+                at = node(at, col)
+            finals.append(at)
         order = np.argsort(np.asarray(level, np.int64), kind="stable")  # breadth first
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order))
         renumber = lambda i: int(rank[i]) if i >= 0 else -1
         parents = np.asarray([renumber(parent[i]) for i in order], np.int64)
-        per_state.append((parents, np.asarray(column, np.int64)[order], [renumber(e) for e in ends], [[renumber(n) for n in looks] for looks in lookaheads]))
+        per_state.append((parents, np.asarray(column, np.int64)[order], [renumber(e) for e in ends], [[renumber(n) for n in looks] for looks in lookaheads], [renumber(f) for f in finals]))
 
     widest_level = max((int(np.bincount(_levels(p)).max()) for p, *_ in per_state if len(p)), default=1)
+    most_finals = max(1, max(len(f) for *_, f in per_state))
     lanes = int(min(max_lanes, 1 << max(0, widest_level - 1).bit_length()))
     chunks = [_chunks(p, lanes) for p, *_ in per_state]
     nodes = max(1, max(len(p) for p, *_ in per_state))
-    looks = max(1, max((len(x) for *_, ls in per_state for x in ls), default=1))
+    looks = max(1, max((len(x) for *_, ls, _ in per_state for x in ls), default=1))
     out = OutcomeTries(
         node_parent=np.full((num_states, nodes + lanes), -1, np.int32),
         node_column=np.zeros((num_states, nodes + lanes), np.int32),
@@ -110,9 +122,11 @@ def outcome_tries(
         outcome_lookahead=np.full((num_states, width, looks), -1, np.int32),
         outcome_free=np.zeros((num_states, width), bool),
         outcome_lexer=np.full((num_states, width), -1, np.int32),
+        complete_node=np.full((num_states, most_finals), -1, np.int32),
         lanes=lanes,
     )
-    for q, (parents, columns, ends, lookaheads) in enumerate(per_state):
+    for q, (parents, columns, ends, lookaheads, finals) in enumerate(per_state):
+        out.complete_node[q, : len(finals)] = finals
         out.node_parent[q, : len(parents)] = parents
         out.node_column[q, : len(columns)] = columns
         out.chunk_start[q, : len(chunks[q])] = chunks[q]

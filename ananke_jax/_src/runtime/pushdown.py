@@ -148,8 +148,8 @@ def _verdicts(cg: CompiledCFG, stack, depth, lexer):
     used = cg.outcome_lexer[lexer] >= 0
     valid = used & terminals_ok & (cg.outcome_free[lexer] | lookahead_ok)
     blocked = (used & (node >= 0) & nodes.overflow[jnp.maximum(node, 0)]).any()
-    finish = jax.vmap(lambda terms, n: _feed(cg, stack, depth, terms, n))(cg.eos_terminals, cg.eos_length)
-    complete = (finish.ok & (finish.pos >= cg.eos_length) & cg.eos_lexer_ends[lexer]).any()
+    final = cg.complete_node[lexer]
+    complete = ((final >= 0) & accepted[jnp.maximum(final, 0)]).any()
     return valid, complete, blocked
 
 
