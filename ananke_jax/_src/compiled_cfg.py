@@ -6,7 +6,6 @@ import dataclasses
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 
 from ananke_jax._src.compiled import table_bytes
 
@@ -112,7 +111,9 @@ class CompiledCFG:
         return table_bytes(self)
 
     def init_state(self) -> CFGState:
-        from ananke_jax._src.runtime.pushdown import cfg_init_state  # the runtime imports this module
+        from ananke_jax._src.runtime.pushdown import (
+            cfg_init_state,  # the runtime imports this module
+        )
 
         return cfg_init_state(self)
 

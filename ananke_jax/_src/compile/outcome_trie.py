@@ -73,39 +73,12 @@ def outcome_tries(
     after_of = lexer_after.tolist()
     per_state = []
     for q in range(num_states):
-        index: dict[tuple[int, int], int] = {}
-        parent: list[int] = []
-        column: list[int] = []
-        level: list[int] = []
-
-        def node(under: int, col: int) -> int:
-            key = (under, col)
-            if key not in index:
-                index[key] = len(parent)
-                parent.append(under)
-                column.append(col)
-                level.append(level[under] + 1 if under >= 0 else 1)
-            return index[key]
-
-        ends, lookaheads = [], []
-        for o in state_outcomes[q][state_outcomes[q] >= 0].tolist():
-            at = -1
-            for col in sequences[o]:
-                at = node(at, col)
-            ends.append(at)
-            lookaheads.append([node(at, col) for col in lookahead_columns[after_of[o]]])
-        finals = []
-        for sequence in completions[q]:
-            at = -1
-            for col in sequence:
-                at = node(at, col)
-            finals.append(at)
-        order = np.argsort(np.asarray(level, np.int64), kind="stable")  # breadth first
-        rank = np.empty(len(order), np.int64)
-        rank[order] = np.arange(len(order))
-        renumber = lambda i: int(rank[i]) if i >= 0 else -1
-        parents = np.asarray([renumber(parent[i]) for i in order], np.int64)
-        per_state.append((parents, np.asarray(column, np.int64)[order], [renumber(e) for e in ends], [[renumber(n) for n in looks] for looks in lookaheads], [renumber(f) for f in finals]))
+        trie = _Trie()
+        outcomes = state_outcomes[q][state_outcomes[q] >= 0].tolist()
+        ends = [trie.path(sequences[o]) for o in outcomes]
+        lookaheads = [[trie.node(at, col) for col in lookahead_columns[after_of[o]]] for at, o in zip(ends, outcomes)]
+        finals = [trie.path(sequence) for sequence in completions[q]]
+        per_state.append(trie.breadth_first(ends, lookaheads, finals))
 
     widest_level = max((int(np.bincount(_levels(p)).max()) for p, *_ in per_state if len(p)), default=1)
     most_finals = max(1, max(len(f) for *_, f in per_state))
@@ -137,6 +110,42 @@ def outcome_tries(
         out.outcome_free[q, : len(outcomes)] = pending_free[lexer_after[outcomes]]
         out.outcome_lexer[q, : len(outcomes)] = lexer_after[outcomes]
     return out
+
+
+class _Trie:
+    """A prefix tree of LR columns under construction (node -1 is the root)."""
+
+    def __init__(self):
+        self.index: dict[tuple[int, int], int] = {}
+        self.parent: list[int] = []
+        self.column: list[int] = []
+        self.level: list[int] = []
+
+    def node(self, under: int, col: int) -> int:
+        """The child of ``under`` by ``col``, made if new."""
+        key = (under, col)
+        if key not in self.index:
+            self.index[key] = len(self.parent)
+            self.parent.append(under)
+            self.column.append(col)
+            self.level.append(self.level[under] + 1 if under >= 0 else 1)
+        return self.index[key]
+
+    def path(self, columns: list[int]) -> int:
+        """The node of the sequence ``columns`` (-1 when empty), made if new."""
+        at = -1
+        for col in columns:
+            at = self.node(at, col)
+        return at
+
+    def breadth_first(self, ends, lookaheads, finals):
+        """(parents, columns) of the nodes numbered breadth first, and the given node ids
+        renumbered alike."""
+        order = np.argsort(np.asarray(self.level, np.int64), kind="stable")
+        rank = np.append(np.argsort(order), -1)  # rank[-1]: the root stays -1
+        parents = rank[np.asarray(self.parent, np.int64)[order]] if len(order) else np.zeros(0, np.int64)
+        renumber = lambda ids: rank[np.asarray(ids, np.int64)].tolist() if ids else []
+        return parents, np.asarray(self.column, np.int64)[order], renumber(ends), [renumber(looks) for looks in lookaheads], renumber(finals)
 
 
 def _levels(parents: np.ndarray) -> np.ndarray:
