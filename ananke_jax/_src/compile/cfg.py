@@ -16,6 +16,12 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
+from ananke_jax._src.compile.arrays import (
+    pack_bits,
+    padded_groups,
+    sorted_unique,
+    stack_padded,
+)
 from ananke_jax._src.compile.automaton import DEAD
 from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
@@ -60,10 +66,6 @@ class CFGTables:
     token_class: np.ndarray
     class_set: np.ndarray
 
-    def token_sets(self, q: int) -> np.ndarray:
-        """int32[logits_width]: the outcome set of every token from lexer state ``q``."""
-        return self.class_set[q][self.token_class]
-
 
 def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
     """Compile a validated grammar IR against a vocabulary.
@@ -100,7 +102,7 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
         outcome_terminals=terminals,
         outcome_length=lengths,
         outcome_lexer=lexer_after,
-        state_outcomes=_padded_groups(state_q, state_outcome, lexer.num_states),
+        state_outcomes=padded_groups(state_q, state_outcome, lexer.num_states),
         set_members=set_members,
         token_class=token_class,
         class_set=group_set[:, representatives],
@@ -143,7 +145,7 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], 
         return ids[inverse.reshape(-1)]
 
     # The terminals each lexer state ends, padded with -1 (few per state).
-    end_terminals = _padded_groups(*np.nonzero(ends), lexer.num_states) if ends.any() else np.full((lexer.num_states, 1), -1)
+    end_terminals = padded_groups(*np.nonzero(ends), lexer.num_states)
     # may_start[a + 1, p]: after LR column a (or -1: none yet), lexer state p may still become a
     # terminal that can follow.
     may_start = np.concatenate([np.ones((1, lexer.num_states), bool), (lexer.alive[None, :, :] & follow_lexer[:, None, :]).any(axis=2)])
@@ -187,7 +189,7 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], 
         if len(seq_parent) > seq_mask:
             raise GrammarError("the grammar's lexer is too ambiguous for this vocabulary")
         cuts = child[pair] | (row[pair] & (state_mask << q_shift)) | (cut.astype(np.int64) << lex_shift) | extended
-        keys = _sorted_unique(np.concatenate([inside, cuts]))
+        keys = sorted_unique(np.concatenate([inside, cuts]))
         if len(keys) > MAX_FRONTIER:
             raise GrammarError("the grammar's lexer is too ambiguous for this vocabulary")
         found.append(keys[string_at[keys >> node_shift] >= 0])
@@ -196,7 +198,7 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], 
 
     # An outcome is a (terminal sequence, final lexer state) pair.
     pairs = found[:, 3] * lexer.num_states + found[:, 2]
-    unique_pairs = _sorted_unique(pairs)
+    unique_pairs = sorted_unique(pairs)
     outcome = np.searchsorted(unique_pairs, pairs)
     seqs, lexer_after = unique_pairs // lexer.num_states, unique_pairs % lexer.num_states
     terminals, lengths = _materialise(np.asarray(seq_parent), np.asarray(seq_column), seqs)
@@ -231,7 +233,7 @@ def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tup
     # Sets are compared by two random 64-bit sums of their members (collisions ~2^-120).
     weights = np.random.default_rng(0).integers(1, 2**63, size=(2, int(outcome.max(initial=0)) + 1), dtype=np.uint64)
     keys = [np.add.reduceat(w[outcome], starts) if len(starts) else np.zeros(0, np.uint64) for w in weights]
-    distinct = _sorted_unique(keys[0])
+    distinct = sorted_unique(keys[0])
     set_of_group = np.searchsorted(distinct, keys[0])
     first = np.empty(len(distinct), np.int64)
     first[set_of_group] = np.arange(len(starts))  # one group of each set
@@ -243,21 +245,6 @@ def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tup
     for j, g in enumerate(first.tolist()):
         set_members[j + 1, : sizes[g]] = np.sort(outcome[starts[g] : starts[g] + sizes[g]])
     return q[starts], string[starts], (set_of_group + 1).astype(np.int32), set_members
-
-
-def _sorted_unique(keys: np.ndarray) -> np.ndarray:
-    """The distinct values of a 1-D array, sorted (a sort: ``np.unique`` hashes, far slower)."""
-    keys = np.sort(keys)
-    return keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
-
-
-def _padded_groups(keys: np.ndarray, values: np.ndarray, num_keys: int) -> np.ndarray:
-    """int32[num_keys, P]: the values of each key (sorted input), padded with -1."""
-    counts = np.bincount(keys, minlength=num_keys)
-    out = np.full((num_keys, max(1, int(counts.max(initial=0)))), -1, np.int32)
-    rank = np.arange(len(keys)) - np.repeat(np.cumsum(counts) - counts, counts)
-    out[keys, rank] = values
-    return out
 
 
 def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
@@ -276,42 +263,26 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
     by_class = np.argsort(tables.token_class, kind="stable")  # the tokens of each class, contiguous
     class_end = np.cumsum(class_size)
     rows, row_index = [np.zeros(words, np.uint32)], {}
-    state_sets, dense, sparse = [], [], []
+    state_sets, dense_row, dense_set, sparse_token, sparse_set = [], [], [], [], []
     for q in range(tables.lexer.num_states):
         occurring, local = np.unique(np.append(EMPTY_SET, tables.class_set[q]), return_inverse=True)
         local = local[1:]  # local set 0 is the empty set (the smallest id)
         counts = np.bincount(local, weights=class_size, minlength=len(occurring))
         counts[0] = 0
-        gated = []
-        for s in np.flatnonzero(counts >= threshold).tolist():
-            bits = np.zeros(32 * words, bool)
-            bits[: len(tables.token_class)] = (local == s)[tables.token_class]
-            row = np.packbits(bits, bitorder="little").view("<u4").astype(np.uint32)
-            index = row_index.setdefault(row.tobytes(), len(rows))
-            if index == len(rows):
+        big = np.flatnonzero(counts >= threshold)
+        dense_row.append([])
+        for row in pack_bits(local[tables.token_class][None, :] == big[:, None]):
+            dense_row[-1].append(row_index.setdefault(row.tobytes(), len(rows)))
+            if dense_row[-1][-1] == len(rows):
                 rows.append(row)
-            gated.append((index, s))
         small = np.flatnonzero((counts[local] > 0) & (counts[local] < threshold))
         tokens = [by_class[class_end[c] - class_size[c] : class_end[c]] for c in small.tolist()]
         state_sets.append(occurring)
-        dense.append(gated)
-        sparse.append((np.concatenate(tokens) if tokens else np.zeros(0, np.int64), np.repeat(local[small], class_size[small])))
-    q_count = tables.lexer.num_states
-    b, z = max(1, max(map(len, dense))), max(1, max(len(t) for t, _ in sparse))
-    out = (
-        np.zeros((q_count, max(map(len, state_sets))), np.int32),
-        np.stack(rows),
-        np.zeros((q_count, b), np.int32),
-        np.zeros((q_count, b), np.int32),
-        np.zeros((q_count, z), np.int32),
-        np.zeros((q_count, z), np.int32),
-    )
-    for q in range(q_count):
-        out[0][q, : len(state_sets[q])] = state_sets[q]
-        for j, (row, s) in enumerate(dense[q]):
-            out[2][q, j], out[3][q, j] = row, s
-        out[4][q, : len(sparse[q][0])], out[5][q, : len(sparse[q][0])] = sparse[q]
-    return out
+        dense_set.append(big)
+        sparse_token.append(np.concatenate(tokens) if tokens else [])
+        sparse_set.append(np.repeat(local[small], class_size[small]))
+    padded = lambda lists: stack_padded(lists, 0, np.int32)
+    return padded(state_sets), np.stack(rows), padded(dense_row), padded(dense_set), padded(sparse_token), padded(sparse_set)
 
 
 def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, max_configs: int = 4) -> CompiledCFG:
@@ -344,7 +315,7 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         completions[q].append([int(t.lr_column[i]), end] if t.lr_column[i] >= 0 else [end])
     tries = outcome_tries(t.state_outcomes, t.outcome_terminals, t.outcome_length, t.outcome_lexer, pending, pending_free, completions)
     words = -(-vocab.logits_width // 32)
-    eos_bits = np.zeros(32 * words, bool)
+    eos_bits = np.zeros(vocab.logits_width, bool)
     eos_bits[list(vocab.eos_token_ids)] = True
     state_sets, rows, dense_row, dense_set, sparse_token, sparse_set = _mask_parts(t, words)
     return CompiledCFG(
@@ -376,7 +347,7 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         dense_set=jnp.asarray(dense_set),
         sparse_token=jnp.asarray(sparse_token),
         sparse_set=jnp.asarray(sparse_set),
-        eos_mask=jnp.asarray(np.packbits(eos_bits, bitorder="little").view("<u4").astype(np.uint32)),
+        eos_mask=jnp.asarray(pack_bits(eos_bits)),
         fallback_token=jnp.int32(vocab.eos_token_ids[0]),
         vocab_size=len(vocab),
         logits_width=vocab.logits_width,

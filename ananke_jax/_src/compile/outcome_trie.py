@@ -12,8 +12,11 @@ parser step on the device.
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
+
+from ananke_jax._src.compile.arrays import stack_padded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,45 +74,38 @@ def outcome_tries(
     sequences = [row[:n] for row, n in zip(terminals.tolist(), lengths.tolist())]
     lookahead_columns = [[] if free else np.flatnonzero(row).tolist() for row, free in zip(pending, pending_free.tolist())]
     after_of = lexer_after.tolist()
-    per_state = []
+    tries = []
     for q in range(num_states):
-        trie = _Trie()
+        building = _Trie()
         outcomes = state_outcomes[q][state_outcomes[q] >= 0].tolist()
-        ends = [trie.path(sequences[o]) for o in outcomes]
-        lookaheads = [[trie.node(at, col) for col in lookahead_columns[after_of[o]]] for at, o in zip(ends, outcomes)]
-        finals = [trie.path(sequence) for sequence in completions[q]]
-        per_state.append(trie.breadth_first(ends, lookaheads, finals))
+        ends = [building.path(sequences[o]) for o in outcomes]
+        lookaheads = [[building.node(at, col) for col in lookahead_columns[after_of[o]]] for at, o in zip(ends, outcomes)]
+        finals = [building.path(sequence) for sequence in completions[q]]
+        tries.append(building.breadth_first(ends, lookaheads, finals))
 
-    widest_level = max((int(np.bincount(_levels(p)).max()) for p, *_ in per_state if len(p)), default=1)
-    most_finals = max(1, max(len(f) for *_, f in per_state))
+    widest_level = max(trie.widest_level for trie in tries)
     lanes = int(min(max_lanes, 1 << max(0, widest_level - 1).bit_length()))
-    chunks = [_chunks(p, lanes) for p, *_ in per_state]
-    nodes = max(1, max(len(p) for p, *_ in per_state))
-    looks = max(1, max((len(x) for *_, ls, _ in per_state for x in ls), default=1))
-    out = OutcomeTries(
-        node_parent=np.full((num_states, nodes + lanes), -1, np.int32),
-        node_column=np.zeros((num_states, nodes + lanes), np.int32),
-        chunk_start=np.zeros((num_states, max(1, max(map(len, chunks)))), np.int32),
+    parents = [trie.parents for trie in tries]
+    chunks = [_chunks(p, lanes) for p in parents]
+    nodes = max(1, max(map(len, parents))) + lanes
+    looks = max(1, max((len(x) for trie in tries for x in trie.lookaheads), default=1))
+    lookahead = np.full((num_states, width, looks), -1, np.int32)
+    for q, trie in enumerate(tries):
+        for p, row in enumerate(trie.lookaheads):
+            lookahead[q, p, : len(row)] = row
+    after = [lexer_after[row[row >= 0]] for row in state_outcomes]
+    return OutcomeTries(
+        node_parent=stack_padded(parents, -1, np.int32, nodes),
+        node_column=stack_padded([trie.columns for trie in tries], 0, np.int32, nodes),
+        chunk_start=stack_padded(chunks, 0, np.int32),
         num_chunks=np.asarray([len(c) for c in chunks], np.int32),
-        outcome_node=np.full((num_states, width), -1, np.int32),
-        outcome_lookahead=np.full((num_states, width, looks), -1, np.int32),
-        outcome_free=np.zeros((num_states, width), bool),
-        outcome_lexer=np.full((num_states, width), -1, np.int32),
-        complete_node=np.full((num_states, most_finals), -1, np.int32),
+        outcome_node=stack_padded([trie.ends for trie in tries], -1, np.int32, width),
+        outcome_lookahead=lookahead,
+        outcome_free=stack_padded([pending_free[a] for a in after], False, bool, width),
+        outcome_lexer=stack_padded(after, -1, np.int32, width),
+        complete_node=stack_padded([trie.finals for trie in tries], -1, np.int32),
         lanes=lanes,
     )
-    for q, (parents, columns, ends, lookaheads, finals) in enumerate(per_state):
-        out.complete_node[q, : len(finals)] = finals
-        out.node_parent[q, : len(parents)] = parents
-        out.node_column[q, : len(columns)] = columns
-        out.chunk_start[q, : len(chunks[q])] = chunks[q]
-        outcomes = state_outcomes[q][state_outcomes[q] >= 0]
-        out.outcome_node[q, : len(ends)] = ends
-        for p, looks in enumerate(lookaheads):
-            out.outcome_lookahead[q, p, : len(looks)] = looks
-        out.outcome_free[q, : len(outcomes)] = pending_free[lexer_after[outcomes]]
-        out.outcome_lexer[q, : len(outcomes)] = lexer_after[outcomes]
-    return out
 
 
 class _Trie:
@@ -138,22 +134,30 @@ class _Trie:
             at = self.node(at, col)
         return at
 
-    def breadth_first(self, ends, lookaheads, finals):
-        """(parents, columns) of the nodes numbered breadth first, and the given node ids
-        renumbered alike."""
+    def breadth_first(self, ends, lookaheads, finals) -> _Numbered:
+        """The nodes numbered breadth first, and the given node ids renumbered alike."""
         order = np.argsort(np.asarray(self.level, np.int64), kind="stable")
         rank = np.append(np.argsort(order), -1)  # rank[-1]: the root stays -1
-        parents = rank[np.asarray(self.parent, np.int64)[order]] if len(order) else np.zeros(0, np.int64)
         renumber = lambda ids: rank[np.asarray(ids, np.int64)].tolist() if ids else []
-        return parents, np.asarray(self.column, np.int64)[order], renumber(ends), [renumber(looks) for looks in lookaheads], renumber(finals)
+        return _Numbered(
+            parents=rank[np.asarray(self.parent, np.int64)[order]] if len(order) else np.zeros(0, np.int64),
+            columns=np.asarray(self.column, np.int64)[order],
+            ends=renumber(ends),
+            lookaheads=[renumber(looks) for looks in lookaheads],
+            finals=renumber(finals),
+            widest_level=int(np.bincount(self.level).max(initial=1)) if self.level else 1,
+        )
 
 
-def _levels(parents: np.ndarray) -> np.ndarray:
-    """int64[N]: the depth of each node (breadth-first numbering, parents first)."""
-    level = np.zeros(len(parents), np.int64)
-    for i, p in enumerate(parents.tolist()):
-        level[i] = level[p] + 1 if p >= 0 else 1
-    return level
+class _Numbered(NamedTuple):
+    """A lexer state's trie, numbered breadth first (parents before children)."""
+
+    parents: np.ndarray
+    columns: np.ndarray
+    ends: list[int]
+    lookaheads: list[list[int]]
+    finals: list[int]
+    widest_level: int
 
 
 def _chunks(parents: np.ndarray, lanes: int) -> list[int]:

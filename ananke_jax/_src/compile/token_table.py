@@ -14,6 +14,7 @@ import functools
 
 import numpy as np
 
+from ananke_jax._src.compile.arrays import pack_bits
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
 from ananke_jax._src.vocab import Vocabulary
 
@@ -219,11 +220,7 @@ def _packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[
     row_of_state = row_groups(allowed)
     unique_rows = np.zeros((int(row_of_state.max()) + 1, allowed.shape[1]), bool)
     unique_rows[row_of_state] = allowed
-    words = -(-len(class_of_token) // 32)
-    bits = np.zeros((len(unique_rows), 32 * words), bool)
-    bits[:, : len(class_of_token)] = unique_rows[:, class_of_token]
-    mask_rows = np.packbits(bits, axis=1, bitorder="little").view("<u4").astype(np.uint32)
-    return mask_rows, row_of_state.astype(np.int32)
+    return pack_bits(unique_rows[:, class_of_token]), row_of_state.astype(np.int32)
 
 
 def token_classes(columns, num_states: int, block: int | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,39 @@
+"""Small numpy helpers shared by the compilers (host)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def sorted_unique(keys: np.ndarray) -> np.ndarray:
+    """The distinct values of a 1-D array, sorted (a sort: ``np.unique`` hashes, far slower)."""
+    keys = np.sort(keys)
+    return keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
+
+
+def padded_groups(keys: np.ndarray, values: np.ndarray, num_keys: int) -> np.ndarray:
+    """int32[num_keys, P]: the values of each key (input sorted by key), padded with -1."""
+    counts = np.bincount(keys, minlength=num_keys)
+    out = np.full((num_keys, max(1, int(counts.max(initial=0)))), -1, np.int32)
+    rank = np.arange(len(keys)) - np.repeat(np.cumsum(counts) - counts, counts)
+    out[keys, rank] = values
+    return out
+
+
+def stack_padded(rows, fill, dtype, width: int | None = None) -> np.ndarray:
+    """dtype[len(rows), width]: 1-D sequences stacked as rows, padded with ``fill`` to ``width``
+    (default: the longest row, at least 1)."""
+    width = width if width is not None else max(1, max(map(len, rows), default=1))
+    out = np.full((len(rows), width), fill, dtype)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
+def pack_bits(bits: np.ndarray) -> np.ndarray:
+    """uint32[..., ceil(V / 32)] from bool[..., V]: bit j of word i is entry 32 * i + j (the
+    packed mask format)."""
+    words = -(-bits.shape[-1] // 32)
+    padded = np.zeros(bits.shape[:-1] + (32 * words,), bool)
+    padded[..., : bits.shape[-1]] = bits
+    return np.packbits(padded, axis=-1, bitorder="little").view("<u4").astype(np.uint32)
