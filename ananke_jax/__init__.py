@@ -10,6 +10,7 @@ from ananke_jax._src.compile.regular import compile_regex as compile_regex
 from ananke_jax._src.compiled import CompiledGrammar as CompiledGrammar
 from ananke_jax._src.errors import AnankeError as AnankeError
 from ananke_jax._src.errors import GrammarError as GrammarError
+from ananke_jax._src.errors import SchemaError as SchemaError
 from ananke_jax._src.errors import VocabularyError as VocabularyError
 from ananke_jax._src.compiled import GrammarState as GrammarState
 from ananke_jax._src.compiled_cfg import CFGState as CFGState

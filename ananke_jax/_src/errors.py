@@ -11,3 +11,17 @@ class GrammarError(AnankeError):
 
 class VocabularyError(AnankeError):
     """A tokenizer file is missing, corrupt, or inconsistent with the logits."""
+
+
+class SchemaError(AnankeError):
+    """A JSON Schema is malformed, unsatisfiable, or uses a keyword that cannot be compiled.
+
+    The message names the keyword and the JSON pointer of the schema holding it; both are also
+    attributes.
+    """
+
+    def __init__(self, message: str, *, keyword: str | None = None, pointer: str = ""):
+        where = f" at {pointer or '#'}" + (f" (keyword {keyword!r})" if keyword else "")
+        super().__init__(message + where)
+        self.keyword = keyword
+        self.pointer = pointer or "#"

@@ -18,7 +18,8 @@ import re
 from collections.abc import Sequence
 
 from ananke_jax._src.compile import utf8
-from ananke_jax._src.compile.automaton import ByteDFA, Fragment, NFABuilder, determinise
+from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile.automaton import ByteDFA, NFABuilder, determinise
 from ananke_jax._src.errors import GrammarError
 
 try:  # Python >= 3.11
@@ -65,6 +66,16 @@ def regex_to_dfa(pattern: str) -> ByteDFA:
       GrammarError: invalid syntax (with the position), an unsupported feature (named, with its
         position), or a pattern that matches no string at all.
     """
+    return _checked(rx.to_dfa(parse_regex(pattern)), f"regex {pattern!r}")
+
+
+def parse_regex(pattern: str) -> rx.Node:
+    """The expression tree of a Python-syntax regex (full match).
+
+    Raises:
+      GrammarError: invalid syntax (with the position) or an unsupported feature (named, with
+        its position).
+    """
     if not isinstance(pattern, str):
         raise GrammarError(f"regex must be a str, got {type(pattern).__name__}")
     try:
@@ -74,9 +85,7 @@ def regex_to_dfa(pattern: str) -> ByteDFA:
     flags = parsed.state.flags
     if flags & re.IGNORECASE:
         _unsupported(pattern, "case-insensitive matching (?i)", r"\(\?[a-zA-Z]*i")
-    builder = NFABuilder()
-    fragment = _Translator(pattern, builder).sequence(list(parsed), True, True, bool(flags & re.DOTALL))
-    return _checked(determinise(builder, fragment), f"regex {pattern!r}")
+    return _Translator(pattern).sequence(list(parsed), True, True, bool(flags & re.DOTALL))
 
 
 def choices_to_dfa(choices: Sequence[str | bytes]) -> ByteDFA:
@@ -127,13 +136,12 @@ def _plain_positions(pattern: str) -> list[bool]:
 
 
 class _Translator:
-    """Walks ``re._parser``'s tree and emits NFA fragments."""
+    """Walks ``re._parser``'s tree and builds the expression tree."""
 
-    def __init__(self, pattern: str, builder: NFABuilder):
+    def __init__(self, pattern: str):
         self.pattern = pattern
-        self.b = builder
 
-    def sequence(self, items: list, at_start: bool, at_end: bool, dotall: bool) -> Fragment:
+    def sequence(self, items: list, at_start: bool, at_end: bool, dotall: bool) -> rx.Node:
         # Zero-width anchors at the ends do not move the "at start/end" position.
         first = next((i for i, it in enumerate(items) if not _is_anchor(it)), len(items))
         last = max((i for i, it in enumerate(items) if not _is_anchor(it)), default=-1)
@@ -141,20 +149,19 @@ class _Translator:
             self.item(op, av, at_start and i <= first, at_end and i >= last, dotall)
             for i, (op, av) in enumerate(items)
         ]
-        return self.b.concat(parts)
+        return rx.seq(*parts)
 
-    def item(self, op, av, at_start: bool, at_end: bool, dotall: bool) -> Fragment:
-        b = self.b
+    def item(self, op, av, at_start: bool, at_end: bool, dotall: bool) -> rx.Node:
         if op is sre.LITERAL:
-            return b.code_points([(av, av)])
+            return rx.Chars(((av, av),))
         if op is sre.NOT_LITERAL:
-            return b.code_points(utf8.complement([(av, av)]))
+            return rx.Chars(tuple(utf8.complement([(av, av)])))
         if op is sre.ANY:
-            return b.code_points([(0, utf8.MAX_CODE_POINT)] if dotall else utf8.complement([(_NEWLINE, _NEWLINE)]))
+            return rx.Chars(((0, utf8.MAX_CODE_POINT),) if dotall else tuple(utf8.complement([(_NEWLINE, _NEWLINE)])))
         if op is sre.IN:
-            return b.code_points(self.char_class(av))
+            return rx.Chars(tuple(utf8.normalise(self.char_class(av))))
         if op is sre.BRANCH:
-            return b.alternation([self.sequence(list(alt), at_start, at_end, dotall) for alt in av[1]])
+            return rx.alt(*[self.sequence(list(alt), at_start, at_end, dotall) for alt in av[1]])
         if op is sre.SUBPATTERN:
             _group, add_flags, del_flags, body = av
             if add_flags & re.IGNORECASE:
@@ -164,10 +171,10 @@ class _Translator:
         if op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
             lo, hi, body = av
             upper = None if hi is sre.MAXREPEAT else hi
-            return b.repeat(lambda: self.sequence(list(body), False, False, dotall), lo, upper)
+            return rx.repeat(self.sequence(list(body), False, False, dotall), lo, upper)
         if op is sre.AT:
             if (av in _START_ANCHORS and at_start) or (av in _END_ANCHORS and at_end):
-                return b.empty()
+                return rx.EMPTY
             if av in _START_ANCHORS | _END_ANCHORS:
                 _unsupported(self.pattern, "anchor away from the ends of the pattern", r"\^|\$|\\[AZ]")
             _unsupported(self.pattern, "word boundary", r"\\[bB]")

@@ -1,0 +1,259 @@
+"""Regular languages as a small expression tree.
+
+The regex parser and the JSON Schema compiler both build these trees; `to_dfa` compiles one to a
+minimal byte DFA, `to_regex` prints it in Python regex syntax (for grammar text that people read),
+and `intersect` / `difference` combine DFAs where a language is easier to describe by what it
+excludes (object keys other than the declared ones, ``not``, ``allOf`` over patterns).
+
+Nodes:
+  `Chars`: one code point from a set of ranges. `Text`: a literal string. `Seq`, `Alt`:
+  concatenation and union. `Repeat`: ``body{lo,hi}`` (``hi=None``: unbounded). `Automaton`: a
+  byte DFA used as a node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+from ananke_jax._src.compile import utf8
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, Fragment, NFABuilder, determinise, minimise
+
+
+@dataclasses.dataclass(frozen=True)
+class Chars:
+    """One code point in ``ranges`` (inclusive ``(lo, hi)`` pairs)."""
+
+    ranges: tuple[tuple[int, int], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Text:
+    """The literal string ``text`` (as UTF-8)."""
+
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Seq:
+    parts: tuple[Node, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Alt:
+    parts: tuple[Node, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Repeat:
+    body: Node
+    lo: int
+    hi: int | None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Automaton:
+    """A byte DFA as a node (compared by identity)."""
+
+    dfa: ByteDFA
+
+
+Node = Chars | Text | Seq | Alt | Repeat | Automaton
+
+EMPTY = Seq(())  # the empty string
+NOTHING = Alt(())  # the empty language
+
+
+def chars(*ranges: tuple[int, int] | str) -> Chars:
+    """``chars("az", (0x80, 0x10FFFF), "_")``: a two-character string is a range, one is a point."""
+    out = []
+    for r in ranges:
+        if isinstance(r, str):
+            out.append((ord(r[0]), ord(r[-1])))
+        else:
+            out.append(r)
+    return Chars(tuple(utf8.normalise(out)))
+
+
+def seq(*parts: Node) -> Node:
+    """Concatenation, flattened; the empty language absorbs, the empty string vanishes."""
+    flat: list[Node] = []
+    for p in parts:
+        if p == NOTHING:
+            return NOTHING
+        flat.extend(p.parts if isinstance(p, Seq) else [p])
+    merged: list[Node] = []
+    for p in flat:
+        if merged and isinstance(p, Text) and isinstance(merged[-1], Text):
+            merged[-1] = Text(merged[-1].text + p.text)
+        elif p != Text(""):
+            merged.append(p)
+    return merged[0] if len(merged) == 1 else Seq(tuple(merged))
+
+
+def alt(*parts: Node) -> Node:
+    """Union, flattened and without repeated branches."""
+    flat: list[Node] = []
+    for p in parts:
+        for q in p.parts if isinstance(p, Alt) else [p]:
+            if q not in flat:
+                flat.append(q)
+    return flat[0] if len(flat) == 1 else Alt(tuple(flat))
+
+
+def repeat(body: Node, lo: int, hi: int | None) -> Node:
+    if hi == 0 or body == EMPTY:
+        return EMPTY
+    if body == NOTHING:
+        return EMPTY if lo == 0 else NOTHING
+    return body if (lo, hi) == (1, 1) else Repeat(body, lo, hi)
+
+
+def optional(body: Node) -> Node:
+    return repeat(body, 0, 1)
+
+
+def star(body: Node) -> Node:
+    return repeat(body, 0, None)
+
+
+def join(items: list[Node], separator: Node) -> Node:
+    """``items[0] separator items[1] separator ...``."""
+    parts: list[Node] = []
+    for i, item in enumerate(items):
+        parts += [separator, item] if i else [item]
+    return seq(*parts)
+
+
+# --- compilation -----------------------------------------------------------------------------
+
+
+def to_dfa(node: Node) -> ByteDFA:
+    """The minimal byte DFA of ``node`` (start 0 when the language is empty)."""
+    builder = NFABuilder()
+    return determinise(builder, to_fragment(node, builder))
+
+
+def to_fragment(node: Node, b: NFABuilder) -> Fragment:
+    """Thompson fragment of ``node`` in ``b``."""
+    if isinstance(node, Chars):
+        return b.code_points(node.ranges) if node.ranges else _nothing(b)
+    if isinstance(node, Text):
+        return b.literal(node.text.encode("utf-8"))
+    if isinstance(node, Seq):
+        return b.concat([to_fragment(p, b) for p in node.parts])
+    if isinstance(node, Alt):
+        return b.alternation([to_fragment(p, b) for p in node.parts]) if node.parts else _nothing(b)
+    if isinstance(node, Repeat):
+        return b.repeat(lambda: to_fragment(node.body, b), node.lo, node.hi)
+    if isinstance(node, Automaton):
+        return _dfa_fragment(node.dfa, b)
+    raise TypeError(f"not a regex node: {node!r}")
+
+
+def _nothing(b: NFABuilder) -> Fragment:
+    return Fragment(b.state(), b.state())  # no path from start to end
+
+
+def _dfa_fragment(dfa: ByteDFA, b: NFABuilder) -> Fragment:
+    """Copy a DFA's live states into the NFA; accepting states lead to the fragment's end."""
+    end = b.state()
+    if dfa.start == DEAD:
+        return Fragment(b.state(), end)
+    states = {s: b.state() for s in range(1, dfa.num_states)}
+    for s, nfa_state in states.items():
+        row = dfa.transitions[s]
+        bounds = np.flatnonzero(np.diff(row)) + 1
+        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), 256]):
+            if row[lo] != DEAD:
+                b.edges[nfa_state].append((lo, hi - 1, states[int(row[lo])]))
+        if dfa.accepting[s]:
+            b.epsilons[nfa_state].append(end)
+    return Fragment(states[dfa.start], end)
+
+
+def intersect(a: ByteDFA, b: ByteDFA) -> ByteDFA:
+    """The minimal DFA of the strings both ``a`` and ``b`` accept (reachable product)."""
+    return _product(a, b, lambda x, y: x & y)
+
+
+def difference(a: ByteDFA, b: ByteDFA) -> ByteDFA:
+    """The minimal DFA of the strings ``a`` accepts and ``b`` does not."""
+    return _product(a, b, lambda x, y: x & ~y)
+
+
+def _product(a: ByteDFA, b: ByteDFA, accept) -> ByteDFA:
+    ids = {(DEAD, DEAD): 0, (a.start, b.start): 1}
+    order = [(DEAD, DEAD), (a.start, b.start)]
+    rows = []
+    i = 0
+    while i < len(order):
+        x, y = order[i]
+        row = []
+        for pair in zip(a.transitions[x].tolist(), b.transitions[y].tolist()):
+            if pair[0] == DEAD:  # no string through here is in a, so none is in the result
+                pair = (DEAD, DEAD)
+            if pair not in ids:
+                ids[pair] = len(order)
+                order.append(pair)
+            row.append(ids[pair])
+        rows.append(row)
+        i += 1
+    pairs = np.asarray(order)
+    accepting = accept(a.accepting[pairs[:, 0]], b.accepting[pairs[:, 1]])
+    return minimise(np.asarray(rows, np.int32), accepting, start=1, byte_class=np.arange(256, dtype=np.int32))
+
+
+# --- printing --------------------------------------------------------------------------------
+
+
+def to_regex(node: Node) -> str:
+    """Python regex text of ``node`` (full match).
+
+    Raises:
+      ValueError: the tree holds an `Automaton`, which has no regex text here.
+    """
+    if isinstance(node, Chars):
+        if not node.ranges:
+            return "[^\\x00-\\U0010ffff]"
+        if len(node.ranges) == 1 and node.ranges[0][0] == node.ranges[0][1]:
+            return _escape(chr(node.ranges[0][0]))
+        return "[" + "".join(_class_item(lo, hi) for lo, hi in node.ranges) + "]"
+    if isinstance(node, Text):
+        return "".join(_escape(c) for c in node.text)
+    if isinstance(node, Seq):
+        return "".join(_group(p) if isinstance(p, Alt) else to_regex(p) for p in node.parts)
+    if isinstance(node, Alt):
+        return "|".join(to_regex(p) for p in node.parts) if node.parts else to_regex(Chars(()))
+    if isinstance(node, Repeat):
+        body = to_regex(node.body)
+        atomic = isinstance(node.body, Chars) or (isinstance(node.body, Text) and len(node.body.text) == 1)
+        body = body if atomic else f"(?:{body})"
+        hi = "" if node.hi is None else node.hi
+        count = {(0, None): "*", (1, None): "+", (0, 1): "?"}.get((node.lo, node.hi))
+        return body + (count or (f"{{{node.lo}}}" if node.lo == node.hi else f"{{{node.lo},{hi}}}"))
+    raise ValueError(f"no regex text for {type(node).__name__} nodes")
+
+
+def _group(node: Node) -> str:
+    return f"(?:{to_regex(node)})"
+
+
+def _escape(c: str) -> str:
+    if c.isprintable() and c != " ":
+        return re.escape(c)
+    return _code(ord(c))
+
+
+def _code(cp: int) -> str:
+    return f"\\x{cp:02x}" if cp < 0x100 else f"\\u{cp:04x}" if cp < 0x10000 else f"\\U{cp:08x}"
+
+
+def _class_item(lo: int, hi: int) -> str:
+    def one(cp):
+        c = chr(cp)
+        return "\\" + c if c in "\\]^-[" else c if c.isprintable() and c != " " else _code(cp)
+
+    return one(lo) if lo == hi else f"{one(lo)}-{one(hi)}"

@@ -1,0 +1,1 @@
+"""JSON Schema to grammars: loading, normalisation, and compilation to DFA or pushdown tables."""
