@@ -1,0 +1,170 @@
+"""`format` languages against the JSON Schema test suite and against Python's own parsers."""
+
+import datetime
+import functools
+import ipaddress
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ananke_jax._src.compile.regex_ast import to_dfa
+from ananke_jax._src.json_schema.formats import format_node
+
+_DEFAULT_SUITE = Path(__file__).resolve().parents[1] / "../shared/data/JSON-Schema-Test-Suite"
+SUITE = Path(os.environ.get("JSON_SCHEMA_TEST_SUITE", _DEFAULT_SUITE))
+FORMATS = ["date", "time", "date-time", "duration", "uuid", "email", "ipv4", "ipv6", "hostname", "uri"]
+
+_LEAP_OFFSET = "leap seconds are accepted only at 23:59 UTC spelt Z or +/-00:00 (formats.py)"
+_IDNA = "IDNA A-labels (xn--) are rejected: their validity needs Punycode decoding"
+# (file, group description, test description) -> why our language differs from the suite.
+DEPARTURES = {
+    ("time.json", "validation of time strings", "valid leap second, positive time-offset"): _LEAP_OFFSET,
+    ("time.json", "validation of time strings", "valid leap second, large positive time-offset"): _LEAP_OFFSET,
+    ("time.json", "validation of time strings", "valid leap second, negative time-offset"): _LEAP_OFFSET,
+    ("time.json", "validation of time strings", "valid leap second, large negative time-offset"): _LEAP_OFFSET,
+    (
+        "date-time.json",
+        "validation of date-time strings",
+        "a valid date-time with a leap second, with minus offset",
+    ): _LEAP_OFFSET,
+    (
+        "hostname.json",
+        "validation of host names",
+        "exceeds maximum overall length (256)",
+    ): "the 253-character total is not checked (its product with the label bound is huge)",
+    **{
+        ("hostname.json", "validation of A-label (punycode) host names", test): _IDNA
+        for test in [
+            "a valid host name (example.test in Hangul)",
+            "Exceptions that are PVALID, left-to-right chars",
+            "Exceptions that are PVALID, right-to-left chars",
+            "MIDDLE DOT with surrounding 'l's",
+            "Greek KERAIA followed by Greek",
+            "Hebrew GERESH preceded by Hebrew",
+            "Hebrew GERSHAYIM preceded by Hebrew",
+            "KATAKANA MIDDLE DOT with Hiragana",
+            "KATAKANA MIDDLE DOT with Katakana",
+            "KATAKANA MIDDLE DOT with Han",
+            "Arabic-Indic digits not mixed with Extended Arabic-Indic digits",
+            "Extended Arabic-Indic digits not mixed with Arabic-Indic digits",
+            "ZERO WIDTH JOINER preceded by Virama",
+            "ZERO WIDTH NON-JOINER preceded by Virama",
+            "ZERO WIDTH NON-JOINER not preceded by Virama but matches regexp",
+        ]
+    },
+}
+
+
+def _suite():
+    """``(file, group, test, data, valid)`` per string case of the format files ([] without the suite)."""
+    folder = SUITE / "tests/draft2020-12/optional/format"
+    if not folder.is_dir():
+        return []
+    return [
+        (f"{fmt}.json", group["description"], case["description"], case["data"], case["valid"])
+        for fmt in FORMATS
+        for group in json.loads((folder / f"{fmt}.json").read_text(encoding="utf-8"))
+        for case in group["tests"]
+        if isinstance(case["data"], str)
+    ]
+
+
+def _suite_params():
+    """One param per suite case, strict xfail for the departures; one that skips without the suite."""
+    params = []
+    for file, group, test, data, valid in _suite():
+        reason = DEPARTURES.get((file, group, test))
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        params.append(pytest.param(file.removesuffix(".json"), data, valid, marks=marks, id=f"{file}: {group}: {test}"))
+    return params or [pytest.param(None, None, None, id="suite-missing")]
+
+
+@functools.cache
+def _dfa(fmt: str):
+    return to_dfa(format_node(fmt))
+
+
+def _accepts(fmt: str, text: str) -> bool:
+    dfa = _dfa(fmt)
+    return bool(dfa.accepting[dfa.walk(dfa.start, text.encode("utf-8", "surrogatepass"))])
+
+
+@pytest.mark.parametrize("fmt, data, valid", _suite_params())
+def test_format_matches_the_test_suite(fmt, data, valid):
+    if fmt is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"JSON Schema test suite missing at {SUITE}")
+        pytest.skip(f"JSON Schema test suite not found at {SUITE} (set JSON_SCHEMA_TEST_SUITE)")
+    assert _accepts(fmt, data) == valid
+
+
+def test_departures_name_suite_cases():
+    cases = {case[:3] for case in _suite()}
+    if not cases:
+        pytest.skip(f"JSON Schema test suite not found at {SUITE}")
+    assert set(DEPARTURES) <= cases
+
+
+def test_unknown_formats_have_no_language():
+    assert format_node("color") is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 9999), st.integers(0, 13), st.integers(0, 32))
+def test_date_agrees_with_datetime(year, month, day):
+    text = f"{year:04d}-{month:02d}-{day:02d}"
+    try:  # year 0000 is a leap year in RFC 3339's proleptic calendar; 2000 shares its leap rule
+        datetime.date(year or 2000, month, day)
+        valid = True
+    except ValueError:
+        valid = False
+    assert _accepts("date", text) == valid, text
+
+
+_OCTET = st.one_of(st.integers(0, 300).map(str), st.text("0123456789", min_size=1, max_size=4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_OCTET, min_size=3, max_size=5).map(".".join))
+def test_ipv4_agrees_with_ipaddress(text):
+    assert _accepts("ipv4", text) == _parses(ipaddress.IPv4Address, text), text
+
+
+@st.composite
+def _ipv6_spellings(draw):
+    """Compressed, exploded and IPv4-tailed spellings of an address, sometimes with one edit."""
+    address = draw(st.ip_addresses(v=6))
+    low = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    head = address.exploded[:30]  # the first six groups and their colons
+    text = draw(st.sampled_from([str(address), address.exploded, str(address).upper(), f"{head}{low}"]))
+    if draw(st.booleans()):
+        i = draw(st.integers(0, len(text)))
+        text = text[:i] + draw(st.sampled_from(["", ":", "0", "f", ".", "::", "1.2"])) + text[i + 1 :]
+    return text
+
+
+@settings(max_examples=400, deadline=None)
+@given(_ipv6_spellings())
+def test_ipv6_agrees_with_ipaddress(text):
+    assert _accepts("ipv6", text) == _parses(ipaddress.IPv6Address, text), text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.uuids(), st.integers(0, 35), st.sampled_from(["0", "a", "F", "g", "-", ""]))
+def test_uuid_agrees_with_uuid_module(value, i, edit):
+    text = str(value)[:i] + edit + str(value)[i + 1 :]
+    dashes = len(text) == 36 and all(text[j] == "-" for j in (8, 13, 18, 23))
+    assert _accepts("uuid", text) == (dashes and _parses(uuid.UUID, text)), text
+
+
+def _parses(parse, text: str) -> bool:
+    try:
+        parse(text)
+        return True
+    except ValueError:
+        return False
