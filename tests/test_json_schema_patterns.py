@@ -1,0 +1,243 @@
+"""ECMA-262 `pattern` languages against the JSON Schema test suite and Python's `re.search`."""
+
+import functools
+import itertools
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ananke_jax import SchemaError
+from ananke_jax._src.compile.regex_ast import to_dfa
+from ananke_jax._src.json_schema.ecma_regex import pattern_node
+
+_DEFAULT_SUITE = Path(__file__).resolve().parents[1] / "../shared/data/JSON-Schema-Test-Suite"
+SUITE = Path(os.environ.get("JSON_SCHEMA_TEST_SUITE", _DEFAULT_SUITE))
+FILES = ["pattern.json", "patternProperties.json", "optional/ecmascript-regex.json"]
+FORMAT_FILE = "optional/format/ecmascript-regex.json"
+
+# (file, group description, test description) -> why our answer differs from the suite.
+DEPARTURES = {
+    (FORMAT_FILE, "ECMA 262 named groups and backreferences are valid", "an ECMA 262 named backreference \\k<name>"): (
+        "backreferences are not regular: SchemaError"
+    ),
+    (FORMAT_FILE, "ECMA 262 lookbehind is valid, including variable width", "a variable-width lookbehind (ES2018)"): (
+        "lookaround is not supported: SchemaError"
+    ),
+}
+
+
+def _suite(files: list[str]):
+    """``(file, group, test, schema, data, valid)`` per suite case ([] without the suite)."""
+    root = SUITE / "tests/draft2020-12"
+    if not root.is_dir():
+        return []
+    return [
+        (file, group["description"], case["description"], group["schema"], case["data"], case["valid"])
+        for file in files
+        for group in json.loads((root / file).read_text(encoding="utf-8"))
+        for case in group["tests"]
+    ]
+
+
+def _params(cases) -> list:
+    params = []
+    for file, group, test, *values in cases:
+        reason = DEPARTURES.get((file, group, test))
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        params.append(pytest.param(*values, marks=marks, id=f"{file}: {group}: {test}"))
+    return params or [pytest.param(None, None, None, id="suite-missing")]
+
+
+def _require(schema):
+    if schema is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"JSON Schema test suite missing at {SUITE}")
+        pytest.skip(f"JSON Schema test suite not found at {SUITE} (set JSON_SCHEMA_TEST_SUITE)")
+
+
+@functools.cache
+def _dfa(pattern: str):
+    return to_dfa(pattern_node(pattern))
+
+
+def _search(pattern: str, text: str) -> bool:
+    dfa = _dfa(pattern)
+    return bool(dfa.accepting[dfa.walk(dfa.start, text.encode("utf-8", "surrogatepass"))])
+
+
+def _applies(schema, data) -> bool:
+    """Whether a pattern of ``schema`` looks at ``data`` (a string, or an object's keys)."""
+    return isinstance(data, str) and "pattern" in schema or isinstance(data, dict) and "patternProperties" in schema
+
+
+_TYPES = {
+    "integer": lambda x: isinstance(x, int) and not isinstance(x, bool),
+    "number": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool),
+    "string": lambda x: isinstance(x, str),
+    "boolean": lambda x: isinstance(x, bool),
+    "null": lambda x: x is None,
+    "object": lambda x: isinstance(x, dict),
+}
+
+
+def _valid(schema, data) -> bool:
+    """A validator for the few keywords of the suite's pattern files, matching with our DFAs."""
+    if isinstance(schema, bool):
+        return schema
+    assert set(schema) <= {"$schema", "type", "maximum", "pattern", "patternProperties", "additionalProperties"}
+    checks = [_TYPES[schema["type"]](data)] if "type" in schema else []
+    if "maximum" in schema and _TYPES["number"](data):
+        checks.append(data <= schema["maximum"])
+    if "pattern" in schema and isinstance(data, str):
+        checks.append(_search(schema["pattern"], data))
+    if isinstance(data, dict):
+        for key, value in data.items():
+            subs = [s for p, s in schema.get("patternProperties", {}).items() if _search(p, key)]
+            checks += [_valid(s, value) for s in subs or [schema.get("additionalProperties", True)]]
+    return all(checks)
+
+
+@pytest.mark.parametrize("schema, data, valid", _params([c for c in _suite(FILES) if _applies(*c[3:5])]))
+def test_pattern_matches_the_test_suite(schema, data, valid):
+    _require(schema)
+    assert _valid(schema, data) == valid
+
+
+@pytest.mark.parametrize("schema, data, valid", _params(_suite([FORMAT_FILE])))
+def test_syntax_errors_match_the_format_regex_suite(schema, data, valid):
+    _require(schema)
+    try:
+        pattern_node(data)
+        parsed = True
+    except SchemaError:
+        parsed = False
+    assert parsed == valid
+
+
+def test_departures_name_suite_cases():
+    cases = {case[:3] for case in _suite([*FILES, FORMAT_FILE])}
+    if not cases:
+        pytest.skip(f"JSON Schema test suite not found at {SUITE}")
+    assert set(DEPARTURES) <= cases
+
+
+# Patterns whose meaning is the same in ECMA-262 and Python `re` over the alphabet below (no line
+# terminators, ASCII only), including anchors inside groups and repeats.
+SHARED = [
+    "", "a", "ab|ba", "^a", "a$", "^ab$", "^$", "^(a|b)*$", "a{2}", "a{1,2}b", "-{2,}", "[^a]", "[a-]",
+    r"[\d_]+$", r"\s\w", r"\W\D", r"\S{3}", "(?:^|_)a", "a(?:$|-)", "(^a|b$)", "(?:a|^)b", "^a*?b+$",
+    "x*", r"\x61\u0062", r"a\{", "^(?:ab)+", "1?$", "(a$|b)c", "^(?:^a)", "(?:$)a", "(^|a)+b",
+    "(a|^){2}b", "(?:b$|a)*$", "(?:a|$)+", "^(?:a|b$)?1", "(a(b|$))+", "[a-b][^-]*1",
+]  # fmt: skip
+ALPHABET = "ab1_- "
+
+
+def _texts() -> list[str]:
+    short = ["".join(t) for n in range(5) for t in itertools.product(ALPHABET, repeat=n)]
+    rng = np.random.default_rng(0)
+    return short + ["".join(rng.choice(list(ALPHABET), int(rng.integers(5, 12)))) for _ in range(300)]
+
+
+@pytest.mark.parametrize("pattern", SHARED)
+def test_pattern_agrees_with_python_search(pattern):
+    for text in _texts():
+        assert _search(pattern, text) == (re.search(pattern, text) is not None), text
+
+
+def _random_pattern(rng: np.random.Generator, depth: int = 0) -> str:
+    """A random pattern over ``a``, ``b`` and anchors, with groups, alternation and quantifiers."""
+    r = rng.random()
+    if depth > 3 or r < 0.35:
+        return str(rng.choice(["a", "b", "^", "$", "[ab]", "."]))
+    if r < 0.55:
+        return _random_pattern(rng, depth + 1) + _random_pattern(rng, depth + 1)
+    if r < 0.7:
+        return f"(?:{_random_pattern(rng, depth + 1)}|{_random_pattern(rng, depth + 1)})"
+    body = _random_pattern(rng, depth + 1)
+    body = body if len(body) == 1 and body not in "^$" else f"(?:{body})"
+    return body + str(rng.choice(["*", "+", "?", "{2}", "{1,3}", "{0,2}", "*?"]))
+
+
+def test_random_anchored_patterns_agree_with_python_search():
+    rng = np.random.default_rng(1)
+    texts = ["".join(t) for n in range(6) for t in itertools.product("ab", repeat=n)]
+    for _ in range(300):
+        pattern = _random_pattern(rng)
+        compiled = re.compile(pattern)
+        for text in texts:
+            assert _search(pattern, text) == (compiled.search(text) is not None), (pattern, text)
+
+
+# ECMA-only syntax and semantics: (pattern, strings it finds a match in, strings it does not).
+ECMA = [
+    (".", ["x", "\t", "😀", "\u0085"], ["", "\n", "\r", "\u2028", "\u2029"]),
+    ("^[^]$", ["\n", "😀"], ["", "ab"]),
+    ("^[]$", [], ["", "a"]),
+    (r"^\s$", [" ", "\u00a0", "\ufeff", "\u1680", "\u200a", "\u202f", "\u205f", "\u3000", "\v"], ["\u200b", "\x1c"]),
+    (r"^\S+$", ["a\u200b"], ["a\u3000"]),
+    (r"^\w+$", ["az_09"], ["é", "-"]),
+    (r"^\u{1F600}\uD83D\uDE00$", ["😀😀"], ["😀"]),
+    (r"^\x41\0\cJ\/$", ["A\x00\n/"], ["A0\n/"]),
+    (r"^[\b][\cA-\cC]$", ["\x08\x02"], ["b\x02", "\x08\x04"]),
+    (r"^[\w-.]+$", ["a-.b"], ["a,b"]),
+    (r"^[\d-z]$", ["5", "-", "z"], ["y"]),
+    ("^a{$", ["a{"], ["a"]),
+    ("^a{1,$", ["a{1,"], ["a"]),
+    ("^x{2,}y}]$", ["xxy}]", "xxxy}]"], ["xy}]"]),
+    (r"^\p{Lu}\P{L}\p{gc=Nd}\p{General_Category=Letter}$", ["É٣٣π"], ["éé3π", "É33_"]),
+    (r"^\p{Any}\p{ASCII}\p{Assigned}$", ["😀aé"], ["😀éa"]),
+    (r"^[\p{Zs}\p{Zl}]$", ["\u2028", "\u3000"], ["\u2029"]),
+    ("^(?<year>[0-9]{4})-(?<month>[0-9]{2})$", ["2024-01"], ["24-01"]),
+    ("^a+?b??$", ["aab", "a"], ["b"]),
+]
+
+
+@pytest.mark.parametrize("pattern, matching, other", ECMA)
+def test_ecma_syntax_and_semantics(pattern, matching, other):
+    for text in matching:
+        assert _search(pattern, text), text
+    for text in other:
+        assert not _search(pattern, text), text
+
+
+UNSUPPORTED = [
+    ("a(?=b)", "lookahead"),
+    ("a(?!b)", "negative lookahead"),
+    ("(?<=a)b", "lookbehind"),
+    ("(?<!a)b", "negative lookbehind"),
+    (r"(a)\1", "backreference"),
+    (r"(?<n>a)\k<n>", "backreference"),
+    (r"\bword", "word boundary"),
+    (r"a\Bb", "word boundary"),
+    ("(?i)abc", "inline flags"),
+    ("(?i:a)", "inline flags"),
+    (r"\p{Script=Greek}", "unsupported Unicode property"),
+    (r"\p{Foo}", "unsupported Unicode property"),
+    (r"\01", "octal escape"),
+    (r"\a", "invalid escape"),
+    (r"\cé", "invalid control escape"),
+    ("*a", "nothing to repeat"),
+    ("a**", "nothing to repeat"),
+    ("{2}", "nothing to repeat"),
+    ("^*", "quantified assertion"),
+    ("a{3,2}", "out of order"),
+    ("[z-a]", "out of order"),
+    ("(a", "missing ')'"),
+    ("a)", "unmatched ')'"),
+    ("[ab", "unterminated character class"),
+    (r"\x4", "invalid hexadecimal escape"),
+    (r"\u{110000}", r"invalid \u{...} escape"),
+    ("a\\", "unexpected end of pattern"),
+]
+
+
+@pytest.mark.parametrize("pattern, feature", UNSUPPORTED)
+def test_unsupported_or_invalid_patterns_raise_schema_errors(pattern, feature):
+    with pytest.raises(SchemaError, match=re.escape(feature)) as info:
+        pattern_node(pattern, pointer="/properties/x", keyword="patternProperties")
+    assert (info.value.keyword, info.value.pointer) == ("patternProperties", "/properties/x")
+    assert repr(pattern) in str(info.value)
