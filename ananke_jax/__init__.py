@@ -18,6 +18,10 @@ from ananke_jax._src.compiled_cfg import CompiledCFG as CompiledCFG
 from ananke_jax._src.frontends.gbnf import gbnf_to_ir as gbnf_to_ir
 from ananke_jax._src.frontends.lark_frontend import lark_to_ir as lark_to_ir
 from ananke_jax._src.ir import Grammar as Grammar
+from ananke_jax._src.json_schema.api import compile_json_schema as compile_json_schema
+from ananke_jax._src.json_schema.api import json_schema_to_gbnf as json_schema_to_gbnf
+from ananke_jax._src.json_schema.api import json_schema_to_grammar as json_schema_to_grammar
+from ananke_jax._src.json_schema.api import json_schema_to_lark as json_schema_to_lark
 from ananke_jax._src.ir import Rule as Rule
 from ananke_jax._src.ir import TerminalDef as TerminalDef
 from ananke_jax._src.runtime.constraint import accepts as accepts

@@ -17,10 +17,15 @@ from ananke_jax._src.errors import GrammarError
 
 @dataclasses.dataclass(frozen=True)
 class TerminalDef:
-    """A named regular language: ``regex`` in Python syntax, matched in full."""
+    """A named regular language: ``regex`` in Python syntax, matched in full.
+
+    ``dfa``, when given, is the language itself (a `ByteDFA`) and ``regex`` only its description;
+    compilers that build languages by intersection and difference give terminals this way.
+    """
 
     name: str
     regex: str
+    dfa: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,7 +54,7 @@ def without_empty_terminals(grammar: Grammar) -> tuple[Grammar, dict[str, ByteDF
     """
     dfas, optional_rules, terminals, replace = {}, [], [], {}
     for t in grammar.terminals:
-        dfa = regex_to_dfa(t.regex)
+        dfa = t.dfa if t.dfa is not None else regex_to_dfa(t.regex)
         if not dfa.accepting[dfa.start]:
             dfas[t.name] = dfa
             terminals.append(t)

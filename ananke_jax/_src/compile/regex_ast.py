@@ -19,7 +19,14 @@ import re
 import numpy as np
 
 from ananke_jax._src.compile import utf8
-from ananke_jax._src.compile.automaton import DEAD, ByteDFA, Fragment, NFABuilder, determinise, minimise
+from ananke_jax._src.compile.automaton import (
+    DEAD,
+    ByteDFA,
+    Fragment,
+    NFABuilder,
+    determinise,
+    minimise,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +111,9 @@ def alt(*parts: Node) -> Node:
 
 
 def repeat(body: Node, lo: int, hi: int | None) -> Node:
+    """``body{lo,hi}`` (``hi=None``: unbounded; ``hi < lo``: the empty language)."""
+    if hi is not None and hi < lo:
+        return NOTHING
     if hi == 0 or body == EMPTY:
         return EMPTY
     if body == NOTHING:
@@ -206,15 +216,92 @@ def _product(a: ByteDFA, b: ByteDFA, accept) -> ByteDFA:
     return minimise(np.asarray(rows, np.int32), accepting, start=1, byte_class=np.arange(256, dtype=np.int32))
 
 
+# --- automata back to trees -------------------------------------------------------------------
+
+
+def dfa_to_node(dfa: ByteDFA) -> Node:
+    """A tree without `Automaton` nodes for the language of ``dfa`` (which must read UTF-8).
+
+    Byte moves are first grouped into code-point moves, then states are eliminated one by one
+    (fewest connections first), joining the paths through each into regexes.
+    """
+    if dfa.start == DEAD:
+        return NOTHING
+    edges: dict[int, dict[int, Node]] = {s: {} for s in range(1, dfa.num_states)}
+    final = dfa.num_states  # a fresh accepting end; the start keeps its number
+    continuations: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+    for s in range(1, dfa.num_states):
+        by_target: dict[int, list[tuple[int, int]]] = {}
+        for lo, hi, t in _code_point_moves(dfa, s, continuations):
+            by_target.setdefault(t, []).append((lo, hi))
+        for t, ranges in by_target.items():
+            edges[s][t] = Chars(tuple(utf8.normalise(ranges)))
+        if dfa.accepting[s]:
+            edges[s][final] = EMPTY
+    edges[final] = {}
+    entry = -1
+    edges[entry] = {dfa.start: EMPTY}
+    pending = set(range(1, dfa.num_states))
+    while pending:
+        incoming = {k: [p for p in edges if k in edges[p] and p != k] for k in pending}
+        k = min(pending, key=lambda k: len(incoming[k]) * len(edges[k]))
+        pending.remove(k)
+        loop = star(edges[k].pop(k)) if k in edges[k] else EMPTY
+        for p in incoming[k]:
+            through = edges[p].pop(k)
+            for q, out in edges[k].items():
+                path = seq(through, loop, out)
+                edges[p][q] = alt(edges[p][q], path) if q in edges[p] else path
+        del edges[k]
+    return edges[entry].get(final, NOTHING)
+
+
+def _code_point_moves(dfa: ByteDFA, s: int, memo: dict) -> list[tuple[int, int, int]]:
+    """``(lo, hi, target)``: the code points ``[lo, hi]`` lead from ``s`` to ``target``."""
+    row = dfa.transitions[s]
+    moves = [(b, b, int(row[b])) for b in range(0x80) if row[b] != DEAD]
+    for lead_lo, lead_hi, extra, base in ((0xC2, 0xDF, 1, 0x80), (0xE0, 0xEF, 2, 0x800), (0xF0, 0xF4, 3, 0x10000)):
+        for lead in range(lead_lo, lead_hi + 1):
+            q = int(row[lead])
+            if q == DEAD:
+                continue
+            first = (lead & (0x3F >> extra)) << (6 * extra)
+            for lo, hi, t in _continuations(dfa, q, extra, memo):
+                moves.append((first + lo, first + hi, t))
+    return _merged(moves)
+
+
+def _continuations(dfa: ByteDFA, q: int, n: int, memo: dict) -> list[tuple[int, int, int]]:
+    """``(lo, hi, target)`` over the values of ``n`` continuation bytes read from ``q``."""
+    if n == 0:
+        return [(0, 0, q)]
+    if (q, n) not in memo:
+        out = []
+        for c in range(64):
+            nxt = int(dfa.transitions[q, 0x80 + c])
+            if nxt != DEAD:
+                out += [(c << (6 * (n - 1)) | lo, c << (6 * (n - 1)) | hi, t) for lo, hi, t in _continuations(dfa, nxt, n - 1, memo)]
+        memo[q, n] = _merged(out)
+    return memo[q, n]
+
+
+def _merged(moves: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    out: list[tuple[int, int, int]] = []
+    for lo, hi, t in sorted(moves):
+        if out and out[-1][2] == t and out[-1][1] + 1 == lo:
+            out[-1] = (out[-1][0], hi, t)
+        else:
+            out.append((lo, hi, t))
+    return out
+
+
 # --- printing --------------------------------------------------------------------------------
 
 
 def to_regex(node: Node) -> str:
-    """Python regex text of ``node`` (full match).
-
-    Raises:
-      ValueError: the tree holds an `Automaton`, which has no regex text here.
-    """
+    """Python regex text of ``node`` (full match); automata are first turned into trees."""
+    if isinstance(node, Automaton):
+        return to_regex(dfa_to_node(node.dfa))
     if isinstance(node, Chars):
         if not node.ranges:
             return "[^\\x00-\\U0010ffff]"
@@ -224,21 +311,20 @@ def to_regex(node: Node) -> str:
     if isinstance(node, Text):
         return "".join(_escape(c) for c in node.text)
     if isinstance(node, Seq):
-        return "".join(_group(p) if isinstance(p, Alt) else to_regex(p) for p in node.parts)
+        parts = [dfa_to_node(p.dfa) if isinstance(p, Automaton) else p for p in node.parts]
+        return "".join(f"(?:{to_regex(p)})" if isinstance(p, Alt) else to_regex(p) for p in parts)
     if isinstance(node, Alt):
         return "|".join(to_regex(p) for p in node.parts) if node.parts else to_regex(Chars(()))
     if isinstance(node, Repeat):
+        if isinstance(node.body, Automaton):
+            return to_regex(Repeat(dfa_to_node(node.body.dfa), node.lo, node.hi))
         body = to_regex(node.body)
         atomic = isinstance(node.body, Chars) or (isinstance(node.body, Text) and len(node.body.text) == 1)
         body = body if atomic else f"(?:{body})"
         hi = "" if node.hi is None else node.hi
         count = {(0, None): "*", (1, None): "+", (0, 1): "?"}.get((node.lo, node.hi))
         return body + (count or (f"{{{node.lo}}}" if node.lo == node.hi else f"{{{node.lo},{hi}}}"))
-    raise ValueError(f"no regex text for {type(node).__name__} nodes")
-
-
-def _group(node: Node) -> str:
-    return f"(?:{to_regex(node)})"
+    raise TypeError(f"not a regex node: {node!r}")
 
 
 def _escape(c: str) -> str:

@@ -1,0 +1,104 @@
+"""JSON Schema entry points: compile against a vocabulary, or print the grammar."""
+
+from __future__ import annotations
+
+import decimal
+import json
+
+from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile.context_free import DEFAULT_MAX_CONFIGS, compile_grammar
+from ananke_jax._src.compile.regular import compile_dfa
+from ananke_jax._src.compiled import CompiledGrammar
+from ananke_jax._src.compiled_cfg import CompiledCFG
+from ananke_jax._src.errors import GrammarError, SchemaError
+from ananke_jax._src.ir import Grammar
+from ananke_jax._src.json_schema.assemble import inline, recursive_rules, to_grammar
+from ananke_jax._src.json_schema.compiler import Rules, SchemaCompiler
+from ananke_jax._src.json_schema.grammar_text import to_gbnf, to_lark
+from ananke_jax._src.vocab import Vocabulary
+
+DEFAULT_MAX_DEPTH = 32
+
+
+def json_schema_rules(
+    schema, *, whitespace="flexible", strict: bool = True, allow_additional: bool = False, max_depth: int = DEFAULT_MAX_DEPTH
+) -> Rules:
+    """Translate ``schema`` (a dict, bool or JSON text) into rules; options as `compile_json_schema`."""
+    if isinstance(schema, (str, bytes)):
+        try:
+            schema = json.loads(schema, parse_float=decimal.Decimal)
+        except json.JSONDecodeError as e:
+            raise SchemaError(f"invalid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+    if not isinstance(max_depth, int) or max_depth < 1:
+        raise SchemaError(f"max_depth must be a positive integer, got {max_depth!r}")
+    compiler = SchemaCompiler(schema, whitespace=whitespace, strict=strict, allow_additional=allow_additional, max_depth=max_depth)
+    start = compiler.rule("#", 0)
+    rules = Rules(start.name, compiler.bodies)
+    if rules.bodies[rules.start] == rx.NOTHING:
+        raise SchemaError("the schema accepts no JSON value")
+    return rules
+
+
+def json_schema_to_grammar(schema, **options) -> Grammar:
+    """The grammar IR of ``schema``: recursive rules as nonterminals, the rest as terminals."""
+    rules = json_schema_rules(schema, **options)
+    return to_grammar(rules, recursive_rules(rules))
+
+
+def json_schema_to_lark(schema, **options) -> str:
+    """Lark grammar text of ``schema`` (start rule ``root``), for inspection and debugging."""
+    return to_lark(json_schema_to_grammar(schema, **options))
+
+
+def json_schema_to_gbnf(schema, **options) -> str:
+    """GBNF grammar text of ``schema`` (root rule ``root``), for inspection and debugging."""
+    return to_gbnf(json_schema_to_grammar(schema, **options))
+
+
+def compile_json_schema(
+    schema,
+    vocab: Vocabulary,
+    *,
+    whitespace: str | int = "flexible",
+    strict: bool = True,
+    allow_additional: bool = False,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_configs: int = DEFAULT_MAX_CONFIGS,
+) -> CompiledGrammar | CompiledCFG:
+    """Compile a JSON Schema (draft 2020-12) into a constraint for ``vocab``.
+
+    Args:
+      schema: the schema, as a dict, a bool, or JSON text.
+      vocab: the vocabulary.
+      whitespace: ``"flexible"`` (any JSON whitespace inside containers, runs of at most
+        `MAX_WHITESPACE_RUN`), ``"compact"`` (none), or an indent width ``n`` (exactly
+        ``json.dumps(value, indent=n)``'s layout).
+      strict: raise `SchemaError` on keywords that cannot be compiled; False ignores them with a
+        warning (the relaxation is named in the message).
+      allow_additional: objects that describe their keys (``properties``, ``patternProperties``
+        or ``required``) but not ``additionalProperties``, and arrays with ``prefixItems`` but no
+        ``items``, allow further members as the specification says (any value). The default,
+        False, allows only what the schema describes, like XGrammar's strict mode.
+      max_depth: nesting bound where it matters: the pushdown stack of a recursive schema gets
+        room for about this many levels; with an indent layout, deeper recursion is not written.
+      max_configs: parse configurations kept by the pushdown engine (recursive schemas).
+
+    Returns:
+      A `CompiledGrammar` (one token DFA) when the schema has no recursion, else a `CompiledCFG`
+      (the pushdown engine); ``repr`` says which.
+
+    Raises:
+      SchemaError: malformed or unsatisfiable schemas and unsupported keywords (with the
+        keyword and its JSON pointer).
+    """
+    rules = json_schema_rules(schema, whitespace=whitespace, strict=strict, allow_additional=allow_additional, max_depth=max_depth)
+    recursive = recursive_rules(rules)
+    if not recursive:
+        dfa = rx.to_dfa(inline(rules, set())[rules.start])
+        if dfa.start == 0:
+            raise SchemaError("the schema accepts no JSON value")
+        return compile_dfa(dfa, vocab)
+    try:
+        return compile_grammar(to_grammar(rules, recursive), vocab, stack_depth=4 * max_depth, max_configs=max_configs)
+    except GrammarError as e:
+        raise SchemaError(f"the recursive schema cannot be compiled to the pushdown engine: {e}") from None

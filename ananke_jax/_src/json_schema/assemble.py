@@ -1,0 +1,150 @@
+"""Rules over regex trees to one byte DFA (no recursion) or to the grammar IR (recursion).
+
+Rules that are not on a cycle are inlined. Without cycles, the root is one regular language. With
+cycles, the recursive rules stay nonterminals and every maximal piece without references becomes
+one terminal, so the pushdown engine steps over few, large terminals.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.ir import Grammar, Rule, TerminalDef
+from ananke_jax._src.json_schema.compiler import Ref, Rules, is_regular
+
+
+def recursive_rules(rules: Rules) -> set[str]:
+    """Names of the rules reachable from the start that can reach themselves."""
+    refs = {name: _refs(body) for name, body in rules.bodies.items()}
+    reachable = _closure({rules.start}, refs) | {rules.start}
+    return {n for n in reachable if n in _closure(refs[n], refs)}
+
+
+def _closure(names: set[str], refs: dict[str, set[str]]) -> set[str]:
+    seen, todo = set(names), list(names)
+    while todo:
+        for m in refs[todo.pop()]:
+            if m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return seen
+
+
+def _refs(node) -> set[str]:
+    if isinstance(node, Ref):
+        return {node.name}
+    if isinstance(node, (rx.Seq, rx.Alt)):
+        return set().union(*map(_refs, node.parts)) if node.parts else set()
+    if isinstance(node, rx.Repeat):
+        return _refs(node.body)
+    return set()
+
+
+def inline(rules: Rules, keep: set[str]) -> dict[str, rx.Node]:
+    """Each kept rule's body (and the start's), with the other rules substituted."""
+    done: dict[str, rx.Node] = {}
+
+    def expand(node):
+        if isinstance(node, Ref):
+            if node.name in keep:
+                return node
+            if node.name not in done:
+                done[node.name] = expand(rules.bodies[node.name])
+            return done[node.name]
+        if isinstance(node, rx.Seq):
+            return rx.seq(*map(expand, node.parts))
+        if isinstance(node, rx.Alt):
+            return rx.alt(*map(expand, node.parts))
+        if isinstance(node, rx.Repeat):
+            return rx.repeat(expand(node.body), node.lo, node.hi)
+        return node
+
+    return {name: expand(rules.bodies[name]) for name in keep | {rules.start}}
+
+
+def to_grammar(rules: Rules, keep: set[str]) -> Grammar:
+    """The IR: kept rules as nonterminals, reference-free pieces as terminals (with DFAs)."""
+    bodies = inline(rules, keep)
+    return _Writer(bodies, rules.start).grammar()
+
+
+class _Writer:
+    def __init__(self, bodies: dict[str, rx.Node], start: str):
+        self.bodies = bodies
+        self.names = _readable_names([start, *[n for n in bodies if n != start]], start)
+        self.start = start
+        self.rules: list[Rule] = []
+        self.terminals: dict[rx.Node, TerminalDef] = {}
+        self.helpers = 0
+
+    def grammar(self) -> Grammar:
+        for name, body in self.bodies.items():
+            self.define(self.names[name], body)
+        return Grammar(tuple(self.rules), tuple(self.terminals.values()), self.names[self.start])
+
+    def define(self, name: str, node) -> None:
+        for branch in node.parts if isinstance(node, rx.Alt) else [node]:
+            self.rules.append(Rule(name, tuple(self.symbols(branch))))
+
+    def symbols(self, node) -> list[str]:
+        if isinstance(node, Ref):
+            return [self.names[node.name]]
+        if is_regular(node):
+            return [] if node == rx.EMPTY else [self.terminal(node)]
+        if isinstance(node, rx.Seq):
+            out, run = [], []
+            for part in node.parts:
+                if is_regular(part):
+                    run.append(part)
+                    continue
+                out += self.symbols(rx.seq(*run)) + self.symbols(part)
+                run = []
+            return out + self.symbols(rx.seq(*run))
+        if isinstance(node, rx.Alt):
+            helper = self.helper()
+            self.define(helper, node)
+            return [helper]
+        if isinstance(node, rx.Repeat):
+            body = self.symbols(node.body)
+            out = body * node.lo
+            if node.hi is None:
+                loop = self.helper()
+                self.rules += [Rule(loop, ()), Rule(loop, (loop, *body))]
+                return out + [loop]
+            tail: list[str] = []
+            for _ in range(node.hi - node.lo):  # x? (x? (...)) from the inside out
+                optional = self.helper()
+                self.rules += [Rule(optional, ()), Rule(optional, (*body, *tail))]
+                tail = [optional]
+            return out + tail
+        raise TypeError(f"not a rule body node: {node!r}")
+
+    def terminal(self, node: rx.Node) -> str:
+        if node not in self.terminals:
+            try:
+                text = rx.to_regex(node)
+            except ValueError:
+                text = None
+            dfa = rx.to_dfa(node)
+            name = f"T{len(self.terminals)}"
+            self.terminals[node] = TerminalDef(name, text if text is not None else f"(?:automaton of {dfa.num_states} states)", dfa)
+        return self.terminals[node].name
+
+    def helper(self) -> str:
+        self.helpers += 1
+        return f"_h{self.helpers}"
+
+
+def _readable_names(pointers: list[str], start: str) -> dict[str, str]:
+    """Rule names from pointers: "#/$defs/node" -> "defs_node", the start -> "root"."""
+    out, used = {}, set()
+    for p in pointers:
+        base = "root" if p == start else re.sub(r"[^0-9a-zA-Z]+", "_", p.lstrip("#/")).strip("_").lower() or "root"
+        base = base if base[0].isalpha() else f"r_{base}"
+        name, i = base, 2
+        while name in used:
+            name, i = f"{base}_{i}", i + 1
+        used.add(name)
+        out[p] = name
+    return out

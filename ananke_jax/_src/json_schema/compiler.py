@@ -1,0 +1,647 @@
+"""JSON Schema to rules over regex trees.
+
+`SchemaCompiler` turns each subschema into the language of its JSON texts: a `regex_ast` tree in
+which `Ref` nodes stand for other rules (``$ref`` targets, and the "any JSON value" rule). Rules
+that are not recursive are inlined later, so a schema without recursion becomes one regular
+language.
+
+Keywords in a schema without ``type`` apply only to values of their own type, as the
+specification says. ``allOf`` (and keywords beside ``$ref``) are merged keyword by keyword;
+``anyOf``/``oneOf`` distribute over the rest of the schema; ``if``/``then``/``else`` is
+``(if and then) or (not if and else)``; ``not`` is a complement per JSON type, where the
+complement is regular.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import decimal
+import itertools
+import json
+import warnings
+
+import numpy as np
+
+from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, minimise
+from ananke_jax._src.errors import SchemaError
+from ananke_jax._src.json_schema import numbers, strings
+from ananke_jax._src.json_schema.ecma_regex import pattern_node
+from ananke_jax._src.json_schema.formats import format_node
+from ananke_jax._src.json_schema.layout import Layout
+from ananke_jax._src.json_schema.refs import Resolver, child
+
+TYPES = ("null", "boolean", "number", "string", "array", "object")
+_ANNOTATIONS = frozenset(
+    ["$schema", "$id", "$anchor", "$comment", "$defs", "definitions", "$vocabulary", "$dynamicAnchor", "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema"]
+)
+_ASSERTIONS = frozenset(
+    ["type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "items", "prefixItems", "minItems", "maxItems", "contains", "minContains", "maxContains", "anyOf", "oneOf", "allOf", "not", "if", "then", "else", "$ref"]
+)
+# Keywords that cannot be compiled, and what strict=False does with them.
+_UNSUPPORTED = {
+    "uniqueItems": "ignored: items may repeat",
+    "dependentRequired": "ignored",
+    "dependentSchemas": "ignored",
+    "dependencies": "ignored",
+    "unevaluatedProperties": "ignored",
+    "unevaluatedItems": "ignored",
+    "$dynamicRef": "ignored",
+    "$recursiveRef": "ignored",
+    "additionalItems": "ignored",
+}
+MAX_PATTERN_PROPERTIES = 6  # key regions are the 2**n combinations of pattern matches
+_ANY_OF = "anyOf*"  # in a flattened schema: a list of branch lists, one value of each applies
+_MEMBER_KEYWORDS = frozenset(("items", "prefixItems", "properties", "patternProperties", "additionalProperties"))
+_RAW = frozenset(("$ref", "allOf", "anyOf", "oneOf", "if", "then", "else"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Ref:
+    """A reference to the rule ``name`` inside a rule body."""
+
+    name: str
+
+
+@dataclasses.dataclass
+class Rules:
+    """The compiled rules: ``bodies[name]`` is a regex tree that may hold `Ref` nodes."""
+
+    start: str
+    bodies: dict[str, rx.Node]
+
+
+class SchemaCompiler:
+    """Translates one schema document; use `compile_rules`."""
+
+    def __init__(self, root, *, whitespace, strict: bool, allow_additional: bool, max_depth: int):
+        self.resolver = Resolver(root)
+        self.layout = Layout(whitespace)
+        self.strict = strict
+        self.allow_additional = allow_additional
+        self.max_depth = max_depth
+        self.bodies: dict[str, rx.Node | None] = {}
+        self._key_patterns: dict[str, ByteDFA] = {}
+
+    # --- rules -------------------------------------------------------------------------------
+
+    def rule(self, pointer: str, depth: int) -> rx.Node:
+        """A `Ref` to the rule for the schema at ``pointer`` (compiled on first use)."""
+        if self.layout.depth_dependent and depth > self.max_depth:
+            return rx.NOTHING
+        name = pointer if not self.layout.depth_dependent else f"{pointer}@{depth}"
+        if name not in self.bodies:
+            self.bodies[name] = None  # reserved: references from inside the body resolve to it
+            self.bodies[name] = self.value(self.resolver.get(pointer), pointer, depth)
+        return Ref(name)
+
+    def any_value(self, depth: int) -> rx.Node:
+        """A `Ref` to the rule of any JSON value."""
+        name = "any" if not self.layout.depth_dependent else f"any@{depth}"
+        if self.layout.depth_dependent and depth > self.max_depth:
+            return rx.NOTHING
+        if name not in self.bodies:
+            self.bodies[name] = None
+            self.bodies[name] = rx.alt(*self.typed({}, "#", depth).values())
+        return Ref(name)
+
+    # --- schemas -----------------------------------------------------------------------------
+
+    def value(self, schema, pointer: str, depth: int) -> rx.Node:
+        """The JSON texts of the values valid under ``schema``."""
+        if schema is True:
+            return self.any_value(depth)
+        if schema is False:
+            return rx.NOTHING
+        if not isinstance(schema, dict):
+            raise SchemaError(f"a schema must be an object or a boolean, got {json.dumps(schema)[:40]}", pointer=pointer)
+        if set(schema) & _ASSERTIONS == {"$ref"}:
+            return self.rule(self.resolver.resolve(schema["$ref"], pointer), depth)
+        flat = self.flatten(schema, pointer)
+        if flat is False:
+            return rx.NOTHING
+        branches = flat.pop(_ANY_OF, [])
+        if branches:
+            combos = itertools.product(*branches)
+            return rx.alt(*[self.value(self.merge([flat, *combo], pointer), pointer, depth) for combo in combos])
+        return rx.alt(*self.typed(flat, pointer, depth).values())
+
+    def flatten(self, schema, pointer: str, _seen=()):
+        """``schema`` without ``$ref``, ``allOf``, ``anyOf``, ``oneOf`` and ``if``: one merged
+        dict (the alternatives collected under `_ANY_OF`), or False for no value."""
+        if schema is True:
+            return {}
+        if schema is False:
+            return False
+        if not isinstance(schema, dict):
+            raise SchemaError(f"a schema must be an object or a boolean, got {json.dumps(schema, default=str)[:40]}", pointer=pointer)
+        self.check_keywords(schema, pointer)
+        parts = [{k: v for k, v in schema.items() if k not in _RAW}]
+        ref = schema.get("$ref")
+        if ref is not None:
+            target = self.resolver.resolve(ref, pointer)
+            if target in _seen:
+                raise SchemaError("a $ref cycle that consumes no input", keyword="$ref", pointer=pointer)
+            parts.append(self.flatten(self.resolver.get(target), target, (*_seen, target)))
+        for i, sub in enumerate(schema.get("allOf", [])):
+            parts.append(self.flatten(sub, child(pointer, "allOf", i), _seen))
+        any_of = [[*schema.get(key)] for key in ("anyOf", "oneOf") if key in schema]
+        if "if" in schema and ("then" in schema or "else" in schema):
+            condition = schema["if"]
+            any_of.append([{"allOf": [condition, schema.get("then", True)]}, {"allOf": [{"not": condition}, schema.get("else", True)]}])
+        if any_of:
+            parts.append({_ANY_OF: any_of})
+        return self.merge(parts, pointer)
+
+    def check_keywords(self, schema: dict, pointer: str) -> None:
+        for key, relaxation in _UNSUPPORTED.items():
+            if key in schema and not (key == "uniqueItems" and schema[key] is False):
+                message = f"unsupported JSON Schema keyword {key!r}"
+                if self.strict:
+                    raise SchemaError(message + " (strict=False: " + relaxation + ")", keyword=key, pointer=pointer)
+                warnings.warn(f"{message} at {pointer}: {relaxation}", stacklevel=6)
+
+    def merge(self, parts: list, pointer: str):
+        """The conjunction of flattened schemas, keyword by keyword (False: no value)."""
+        flat = []
+        for part in parts:
+            part = self.flatten(part, pointer) if part is True or part is False or _RAW & set(part) else part
+            if part is False:
+                return False
+            flat.append(part)
+        out: dict = {**_merged_items(flat), **self.merged_members(flat, pointer)}
+        for part in flat:
+            for key, value in part.items():
+                if key in _MEMBER_KEYWORDS:
+                    continue
+                if key not in out:
+                    out[key] = value
+                else:
+                    out[key] = _merge_keyword(key, out[key], value, pointer)
+        return out
+
+    def merged_members(self, parts: list[dict], pointer: str) -> dict:
+        """``properties``, ``patternProperties`` and ``additionalProperties`` of several schemas:
+        each schema's patterns and additional schema apply to the keys it does not declare."""
+        objects = [p for p in parts if {"properties", "patternProperties", "additionalProperties"} & set(p)]
+        if len(objects) <= 1:
+            return {k: v for p in objects for k, v in p.items() if k in ("properties", "patternProperties", "additionalProperties")}
+        names = list(dict.fromkeys(k for p in objects for k in p.get("properties", {})))
+        properties = {}
+        for name in names:
+            schemas = [x for p in objects if (x := self.member_schema(p, name, pointer)) is not None]
+            properties[name] = schemas[0] if len(schemas) == 1 else {"allOf": schemas}
+        patterns: dict = {}
+        for p in objects:
+            others = [q.get("additionalProperties") for q in objects if q is not p and "additionalProperties" in q]
+            if p.get("patternProperties") and any("patternProperties" in q for q in objects if q is not p and "additionalProperties" in q):
+                self.unsupported("allOf", "patternProperties and additionalProperties in different branches", pointer)
+            for pattern, schema in p.get("patternProperties", {}).items():
+                patterns.setdefault(pattern, []).extend([schema, *others])
+        out: dict = {"properties": properties} if properties else {}
+        if patterns:
+            out["patternProperties"] = {k: v[0] if len(v) == 1 else {"allOf": v} for k, v in patterns.items()}
+        extras = [p["additionalProperties"] for p in objects if "additionalProperties" in p]
+        if extras:
+            out["additionalProperties"] = extras[0] if len(extras) == 1 else {"allOf": extras}
+        return out
+
+    def member_schema(self, s: dict, name: str, pointer: str):
+        """What ``s`` asks of the value of key ``name`` (None: nothing)."""
+        if name in s.get("properties", {}):
+            return s["properties"][name]
+        key = strings.spelled(rx.Text(name))
+        matching = [x for p, x in s.get("patternProperties", {}).items() if _accepts_dfa(self.key_pattern(p, pointer), key)]
+        if matching:
+            return matching[0] if len(matching) == 1 else {"allOf": matching}
+        return s.get("additionalProperties")
+
+    def key_pattern(self, pattern: str, pointer: str):
+        """The DFA of the key spellings in which ``pattern`` finds a match."""
+        if pattern not in self._key_patterns:
+            node = pattern_node(pattern, pointer=child(pointer, "patternProperties", pattern), keyword="patternProperties")
+            self._key_patterns[pattern] = rx.to_dfa(strings.spelled(node))
+        return self._key_patterns[pattern]
+
+    # --- per type -----------------------------------------------------------------------------
+
+    def typed(self, s: dict, pointer: str, depth: int) -> dict[str, rx.Node]:
+        """The language of ``s`` (flattened, without anyOf) split by JSON type."""
+        declared = s.get("type", list(TYPES))
+        declared = {declared} if isinstance(declared, str) else set(declared)
+        unknown = declared - set(TYPES) - {"integer"}
+        if unknown:
+            raise SchemaError(f"unknown type {min(unknown)!r}", keyword="type", pointer=pointer)
+        integer = "integer" in declared and "number" not in declared
+        if integer:
+            declared.add("number")
+        if "enum" in s or "const" in s:
+            return self.enum(s, pointer, depth, declared)
+        builders = {
+            "null": lambda: rx.Text("null"),
+            "boolean": lambda: rx.alt(rx.Text("true"), rx.Text("false")),
+            "number": lambda: self.number(s, pointer, integer),
+            "string": lambda: strings.quoted(self.string_body(s, pointer)),
+            "array": lambda: self.array(s, pointer, depth),
+            "object": lambda: self.object(s, pointer, depth),
+        }
+        out = {t: builders[t]() for t in TYPES if t in declared}
+        if "not" in s:
+            out = self.subtract(out, s["not"], child(pointer, "not"), depth)
+        return {t: node for t, node in out.items() if node != rx.NOTHING}
+
+    def subtract(self, out: dict[str, rx.Node], negated, pointer: str, depth: int) -> dict[str, rx.Node]:
+        """``out`` minus the values ``negated`` accepts, type by type."""
+        flat = self.flatten(negated, pointer)
+        if flat is False:
+            return out
+        rest = {k: v for k, v in flat.items() if k != _ANY_OF}
+        for combo in itertools.product(*flat.get(_ANY_OF, [])):
+            branch = self.merge([rest, *combo], pointer)
+            if branch is False:
+                continue
+            excluded = self.typed(branch, pointer, depth)
+            for t, node in excluded.items():
+                if t not in out:
+                    continue
+                if not _constrains(branch, t):
+                    del out[t]
+                elif is_regular(out[t]) and is_regular(node):
+                    out[t] = _automaton(rx.difference(rx.to_dfa(out[t]), rx.to_dfa(node)))
+                else:
+                    self.unsupported("not", "the complement of these constraints is not regular", pointer)
+        return out
+
+    def enum(self, s: dict, pointer: str, depth: int, declared: set[str]) -> dict[str, rx.Node]:
+        values = [s["const"]] if "const" in s else s["enum"]
+        if "const" in s and "enum" in s:
+            values = [v for v in s["enum"] if _json_equal(v, s["const"])]
+        rest = {k: v for k, v in s.items() if k not in ("enum", "const")}
+        check = self.typed(rest, pointer, depth) if set(rest) - {"type"} else None
+        out: dict[str, list[rx.Node]] = {}
+        for v in values:
+            t = _type_of(v)
+            if t not in declared or (t == "number" and "integer" in s.get("type", ()) and not numbers.is_integral(v)):
+                continue
+            if check is not None:
+                allowed = check.get(t)
+                scalar = t not in ("array", "object")
+                if allowed is None or (is_regular(allowed) and (scalar or not self.layout.depth_dependent) and not _accepts(allowed, _compact(v))):
+                    continue
+            out.setdefault(t, []).append(self.literal(v, depth))
+        return {t: rx.alt(*nodes) for t, nodes in out.items()}
+
+    def literal(self, v, depth: int) -> rx.Node:
+        """The spellings of one JSON value (numbers: as given, plus equal decimal spellings)."""
+        if isinstance(v, (dict, list)):
+            if isinstance(v, dict):
+                items = [rx.seq(strings.literal(k), self.layout.colon(), self.literal(x, depth + 1)) for k, x in v.items()]
+            else:
+                items = [self.literal(x, depth + 1) for x in v]
+            body = rx.join(items, self.layout.comma(depth)) if v else rx.NOTHING
+            return self.layout.container("{}" if isinstance(v, dict) else "[]", body, not v, depth)
+        if isinstance(v, str):
+            return strings.literal(v)
+        if isinstance(v, bool) or v is None:
+            return rx.Text(json.dumps(v))
+        number = _decimal(v, "enum", "#")
+        return numbers.interval(number, False, number, False, integer=False)
+
+    def number(self, s: dict, pointer: str, integer: bool) -> rx.Node:
+        lo, lo_open, hi, hi_open = None, False, None, False
+        for key, bound in (("minimum", False), ("exclusiveMinimum", True)):
+            if key in s:
+                v = _decimal(s[key], key, pointer)
+                if lo is None or v > lo or (v == lo and bound):
+                    lo, lo_open = v, bound
+        for key, bound in (("maximum", False), ("exclusiveMaximum", True)):
+            if key in s:
+                v = _decimal(s[key], key, pointer)
+                if hi is None or v < hi or (v == hi and bound):
+                    hi, hi_open = v, bound
+        node = numbers.interval(lo, lo_open, hi, hi_open, integer=integer)
+        divisors = s.get("multipleOf", [])
+        for m in divisors if isinstance(divisors, list) else [divisors]:
+            d = _decimal(m, "multipleOf", pointer)
+            if d <= 0:
+                raise SchemaError("multipleOf must be greater than 0", keyword="multipleOf", pointer=pointer)
+            multiples = numbers.multiple_of(d, integer=integer)
+            if multiples is None:
+                self.unsupported("multipleOf", f"the divisor {m} needs more than {numbers.MAX_MULTIPLE_OF} remainders", pointer)
+                continue
+            node = _automaton(rx.intersect(rx.to_dfa(node), multiples.dfa))
+        return node
+
+    def string_body(self, s: dict, pointer: str) -> rx.Node:
+        values = []
+        patterns = s.get("pattern", [])
+        for p in patterns if isinstance(patterns, list) else [patterns]:
+            values.append(pattern_node(p, pointer=pointer))
+        formats = s.get("format", [])
+        for f in formats if isinstance(formats, list) else [formats]:
+            node = format_node(f)
+            if node is None:
+                self.unsupported("format", f"unknown format {f!r}", pointer)
+            else:
+                values.append(node)
+        lo = max(_counts(s, "minLength", pointer) or [0])
+        his = _counts(s, "maxLength", pointer)
+        return strings.string_body(lo, min(his) if his else None, values)
+
+    def array(self, s: dict, pointer: str, depth: int) -> rx.Node:
+        prefix = s.get("prefixItems", [])
+        items_schema = s.get("items", bool(self.allow_additional or not prefix))
+        tail = self.value(items_schema, child(pointer, "items"), depth + 1)
+        items = [self.value(p, child(pointer, "prefixItems", i), depth + 1) for i, p in enumerate(prefix)]
+        lo = max(_counts(s, "minItems", pointer) or [0])
+        his = _counts(s, "maxItems", pointer)
+        hi = min(his) if his else None
+        comma = self.layout.comma(depth)
+
+        def rest(i: int) -> rx.Node:  # elements i.. each after a comma
+            if hi is not None and i >= hi:
+                return rx.EMPTY
+            if i >= len(items):
+                return rx.repeat(rx.seq(comma, tail), max(lo - i, 0), None if hi is None else hi - i)
+            element = rx.seq(comma, items[i], rest(i + 1))
+            return element if i < lo else rx.optional(element)
+
+        first = items[0] if items else tail
+        nonempty = rx.seq(first, rest(1)) if hi != 0 else rx.NOTHING
+        may_be_empty = lo == 0
+        if "contains" in s:
+            nonempty, may_be_empty = self.contains(s, pointer, depth, nonempty, may_be_empty, items_schema, comma)
+        return self.layout.container("[]", nonempty, may_be_empty, depth)
+
+    def contains(self, s, pointer, depth, nonempty, may_be_empty, items_schema, comma):
+        """The element lists of ``array`` restricted to minContains..maxContains hits."""
+        at_least = max(_counts(s, "minContains", pointer) or [1])
+        his = _counts(s, "maxContains", pointer)
+        at_most = min(his) if his else None
+        where = child(pointer, "contains")
+        hit = self.value({"allOf": [items_schema, s["contains"]]}, where, depth + 1)
+        miss = self.value({"allOf": [items_schema, {"not": s["contains"]}]}, where, depth + 1)
+
+        def after(a: int, b: int | None) -> rx.Node:  # comma-led elements with a..b hits
+            if b is not None and b < 0:
+                return rx.NOTHING
+            misses = rx.star(rx.seq(comma, miss))
+            return rx.seq(misses, rx.repeat(rx.seq(comma, hit, misses), max(a, 0), b))
+
+        less = lambda b: None if b is None else b - 1
+        counted = rx.alt(rx.seq(hit, after(at_least - 1, less(at_most))), rx.seq(miss, after(at_least, at_most)))
+        may_be_empty = may_be_empty and at_least == 0
+        if not ({"prefixItems", "minItems", "maxItems"} & set(s)):
+            return counted, may_be_empty
+        if not (is_regular(nonempty) and is_regular(counted)):
+            self.unsupported("contains", "contains with item counts over recursive item schemas", pointer)
+            return nonempty, may_be_empty
+        return _automaton(rx.intersect(rx.to_dfa(nonempty), rx.to_dfa(counted))), may_be_empty
+
+    def object(self, s: dict, pointer: str, depth: int) -> rx.Node:
+        properties: dict = dict(s.get("properties", {}))
+        required = list(dict.fromkeys(s.get("required", [])))
+        for name in required:
+            properties.setdefault(name, None)  # declared by `required` alone
+        patterns = s.get("patternProperties", {})
+        if len(patterns) > MAX_PATTERN_PROPERTIES:
+            raise SchemaError(f"more than {MAX_PATTERN_PROPERTIES} patternProperties", keyword="patternProperties", pointer=pointer)
+        # Objects whose keys the schema describes are closed unless allow_additional is set.
+        described = "properties" in s or "patternProperties" in s or "required" in s
+        additional = s.get("additionalProperties", self.allow_additional or not described)
+        pattern_dfas = {p: self.key_pattern(p, pointer) for p in patterns}
+        names = self.key_names(s, pointer)
+        colon, comma = self.layout.colon(), self.layout.comma(depth)
+
+        def member(key_node: rx.Node, schemas: list, where: str) -> rx.Node:
+            merged = self.merge([self.flatten(x, where) for x in schemas], where) if len(schemas) != 1 else schemas[0]
+            return rx.seq(key_node, colon, self.value(merged, where, depth + 1))
+
+        declared = []  # (member node, required)
+        for name, schema in properties.items():
+            body = strings.spelled(rx.Text(name))
+            matching = [patterns[p] for p, dfa in pattern_dfas.items() if _accepts_dfa(dfa, body)]
+            own = [schema] if schema is not None else ([] if matching else [additional])
+            node = member(strings.literal(name), own + matching, child(pointer, "properties", name))
+            if names is not None and not _accepts_dfa(names, body):
+                node = rx.NOTHING
+            declared.append((node, name in required))
+        extra = self.extra_members(pointer, properties, patterns, pattern_dfas, additional, names, member)
+        lo = max(_counts(s, "minProperties", pointer) or [0])
+        his = _counts(s, "maxProperties", pointer)
+        hi = min(his) if his else None
+        cap = hi + 1 if hi is not None else lo
+        after_memo: dict = {}
+
+        def after(i: int, count: int) -> rx.Node:  # members i.. once ``count`` are written
+            count = min(count, cap)
+            if hi is not None and count > hi:
+                return rx.NOTHING
+            key = (i, count)
+            if key not in after_memo:
+                if i == len(declared):
+                    after_memo[key] = rx.repeat(rx.seq(comma, extra), max(lo - count, 0), None if hi is None else hi - count)
+                else:
+                    node, needed = declared[i]
+                    written = rx.seq(comma, node, after(i + 1, count + 1))
+                    after_memo[key] = written if needed else rx.alt(written, after(i + 1, count))
+            return after_memo[key]
+
+        def first(i: int) -> rx.Node:  # members i.. with none written yet, at least one to come
+            if i == len(declared):
+                return rx.seq(extra, after(i, 1))
+            node, needed = declared[i]
+            written = rx.seq(node, after(i + 1, 1))
+            return written if needed else rx.alt(written, first(i + 1))
+
+        may_be_empty = lo == 0 and not any(needed for _, needed in declared)
+        return self.layout.container("{}", first(0), may_be_empty, depth)
+
+    def key_names(self, s: dict, pointer: str):
+        """The DFA of key spellings allowed by ``propertyNames`` (None: no constraint)."""
+        if "propertyNames" not in s:
+            return None
+        where = child(pointer, "propertyNames")
+        node = self.value({"allOf": [s["propertyNames"], {"type": "string"}]}, where, 0)
+        if not is_regular(node):
+            self.unsupported("propertyNames", "recursive key schemas", where)
+            return None
+        return rx.intersect(_unquoted(rx.to_dfa(node)), rx.to_dfa(rx.star(strings.CANONICAL_UNIT)))
+
+    def extra_members(self, pointer, properties, patterns, pattern_dfas, additional, names, member) -> rx.Node:
+        """Members with undeclared keys: one region per combination of matching patterns."""
+        keys = rx.to_dfa(rx.star(strings.CANONICAL_UNIT))
+        if properties:
+            keys = rx.difference(keys, rx.to_dfa(rx.alt(*[strings.spelled(rx.Text(n)) for n in properties])))
+        if names is not None:
+            keys = rx.intersect(keys, names)
+        regions = []
+        for chosen in itertools.product((False, True), repeat=len(patterns)):
+            region = keys
+            for (p, dfa), inside in zip(pattern_dfas.items(), chosen):
+                region = rx.intersect(region, dfa) if inside else rx.difference(region, dfa)
+            if not region.start:
+                continue
+            schemas = [patterns[p] for p, inside in zip(patterns, chosen) if inside] or [additional]
+            if schemas == [False]:
+                continue
+            regions.append(member(strings.quoted(rx.Automaton(region)), schemas, child(pointer, "additionalProperties")))
+        return rx.alt(*regions)
+
+    def unsupported(self, keyword: str, why: str, pointer: str) -> None:
+        if self.strict:
+            raise SchemaError(f"cannot compile {keyword!r}: {why}", keyword=keyword, pointer=pointer)
+        warnings.warn(f"{keyword!r} at {pointer} is ignored: {why}", stacklevel=4)
+
+
+# --- keyword merging ---------------------------------------------------------------------------
+
+
+def _merge_keyword(key: str, a, b, pointer: str):
+    if key == "type":
+        ta, tb = _type_set(a), _type_set(b)
+        both = (ta & tb) | ({"integer"} if ("integer" in ta and "number" in tb) or ("number" in ta and "integer" in tb) else set())
+        return sorted(both)
+    if key == "required":
+        return list(dict.fromkeys([*a, *b]))
+    if key == "enum":
+        return [x for x in a if any(_json_equal(x, y) for y in b)]
+    if key == "const":
+        return a if _json_equal(a, b) else {"__never__": True} and _never(pointer)
+    if key in ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains"):
+        return max(a, b)
+    if key in ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains"):
+        return min(a, b)
+    if key in ("pattern", "format", "multipleOf"):
+        return [*(a if isinstance(a, list) else [a]), *(b if isinstance(b, list) else [b])]
+    if key == "propertyNames":
+        return {"allOf": [a, b]}
+    if key == "not":
+        return {"anyOf": [a, b]}
+    if key == _ANY_OF:
+        return [*a, *b]
+    if key in _ANNOTATIONS or key not in _ASSERTIONS:
+        return a
+    raise SchemaError(f"cannot combine two {key!r} keywords in allOf", keyword=key, pointer=pointer)
+
+
+def _merged_items(parts: list[dict]) -> dict:
+    """``prefixItems`` and ``items`` of several schemas, position by position: each schema's
+    ``items`` applies after its own ``prefixItems``."""
+    arrays = [p for p in parts if "items" in p or "prefixItems" in p]
+    if len(arrays) <= 1:
+        return {k: v for p in arrays for k, v in p.items() if k in ("items", "prefixItems")}
+    at = lambda p, i: p["prefixItems"][i] if i < len(p.get("prefixItems", ())) else p.get("items", True)
+    n = max(len(p.get("prefixItems", ())) for p in arrays)
+    out: dict = {"prefixItems": [{"allOf": [at(p, i) for p in arrays]} for i in range(n)]} if n else {}
+    tails = [p["items"] for p in arrays if "items" in p]
+    if tails:
+        out["items"] = tails[0] if len(tails) == 1 else {"allOf": tails}
+    return out
+
+
+def _never(pointer):
+    raise SchemaError("allOf with two different const values accepts no value", keyword="const", pointer=pointer)
+
+
+_TYPE_KEYWORDS = {
+    "null": set(),
+    "boolean": set(),
+    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
+    "string": {"minLength", "maxLength", "pattern", "format"},
+    "array": {"items", "prefixItems", "minItems", "maxItems", "contains"},
+    "object": {"properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties", "maxProperties"},
+}
+
+
+def _constrains(s: dict, t: str) -> bool:
+    """Whether the flattened schema ``s`` rejects some values of type ``t`` that it does not
+    exclude by ``type`` alone."""
+    if {"enum", "const", "not", _ANY_OF} & set(s) or _TYPE_KEYWORDS[t] & set(s):
+        return True
+    return t == "number" and "integer" in _type_set(s.get("type", ())) and "number" not in _type_set(s.get("type", ()))
+
+
+def _type_set(t) -> set[str]:
+    return {t} if isinstance(t, str) else set(t)
+
+
+def _type_of(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float, decimal.Decimal)):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}[type(v)]
+
+
+def _json_equal(a, b) -> bool:
+    """JSON Schema equality: 1 == 1.0, but true != 1; objects unordered."""
+    if _type_of(a) != _type_of(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_json_equal, a, b))
+    return a == b
+
+
+def _decimal(v, key: str, pointer: str) -> decimal.Decimal:
+    if isinstance(v, bool) or not isinstance(v, (int, float, decimal.Decimal)):
+        raise SchemaError(f"{key} must be a number, got {json.dumps(v, default=str)}", keyword=key, pointer=pointer)
+    return decimal.Decimal(str(v)) if isinstance(v, float) else decimal.Decimal(v)
+
+
+def _counts(s: dict, key: str, pointer: str) -> list[int]:
+    if key not in s:
+        return []
+    values = s[key] if isinstance(s[key], list) else [s[key]]
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, decimal.Decimal)) or v < 0 or v != int(v):
+            raise SchemaError(f"{key} must be a non-negative integer, got {v}", keyword=key, pointer=pointer)
+    return [int(v) for v in values]
+
+
+def _compact(v) -> str:
+    """Compact JSON text of ``v``; numbers in fixed-point notation, as `literal` spells them."""
+    if isinstance(v, (int, float, decimal.Decimal)) and not isinstance(v, bool):
+        return format(_decimal(v, "enum", "#").normalize(), "f")
+    if isinstance(v, dict):
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _compact(x) for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(map(_compact, v)) + "]"
+    return json.dumps(v, ensure_ascii=False)
+
+
+def is_regular(node) -> bool:
+    """No `Ref` inside ``node``."""
+    if isinstance(node, Ref):
+        return False
+    if isinstance(node, (rx.Seq, rx.Alt)):
+        return all(map(is_regular, node.parts))
+    if isinstance(node, rx.Repeat):
+        return is_regular(node.body)
+    return True
+
+
+def _automaton(dfa) -> rx.Node:
+    return rx.Automaton(dfa) if dfa.start else rx.NOTHING
+
+
+def _accepts_dfa(dfa, node_or_text) -> bool:
+    text = node_or_text.text if isinstance(node_or_text, rx.Text) else node_or_text
+    return bool(dfa.start) and bool(dfa.accepting[dfa.walk(dfa.start, text.encode("utf-8"))])
+
+
+def _accepts(node: rx.Node, text: str) -> bool:
+    return _accepts_dfa(rx.to_dfa(node), text)
+
+
+def _unquoted(dfa: ByteDFA) -> ByteDFA:
+    """The minimal DFA of the strings s such that ``dfa`` accepts '"' + s + '"'."""
+    quote = ord('"')
+    accepting = dfa.accepting[dfa.transitions[:, quote]]
+    accepting[DEAD] = False
+    start = int(dfa.transitions[dfa.start, quote])
+    return minimise(dfa.transitions, accepting, start=start, byte_class=np.arange(256, dtype=np.int32))

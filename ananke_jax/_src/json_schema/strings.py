@@ -1,0 +1,81 @@
+"""JSON strings: from languages of string values to languages of their JSON spelling.
+
+Where the value matters (``pattern``, ``format``, ``enum``, object keys) a string is spelled as
+``json.dumps(value, ensure_ascii=False)`` does: ``"`` and ``\\`` and control characters escaped
+(``\\n``-style where JSON has a short escape, else ``\\u00XX``), everything else raw. One spelling
+per value keeps the language operations exact (a key other than the declared ones, ``not``). A
+string with only length bounds, or none, may use any JSON escape.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile import utf8
+
+_SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
+_ESCAPED = sorted(set(range(0x20)) | {0x22, 0x5C})  # code points json.dumps escapes
+_RAW = tuple(utf8.complement([(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)]))
+_HEX = rx.chars("09", "af", "AF")
+
+ANY_CHAR = rx.chars((0, utf8.MAX_CODE_POINT))
+# One character of a JSON string as written: raw, a short escape or a \u escape.
+ANY_UNIT = rx.alt(
+    rx.Chars(_RAW),
+    rx.seq(rx.Text("\\"), rx.alt(rx.chars('"', "\\", "/", "b", "f", "n", "r", "t"), rx.seq(rx.Text("u"), rx.repeat(_HEX, 4, 4)))),
+)
+
+
+def _escape(cp: int) -> str:
+    return _SHORT.get(cp, f"\\u{cp:04x}")
+
+
+# One character as json.dumps(ensure_ascii=False) writes it.
+CANONICAL_UNIT = rx.alt(rx.Chars(_RAW), *[rx.Text(_escape(cp)) for cp in _ESCAPED])
+
+
+def spelled(value: rx.Node) -> rx.Node:
+    """The canonical JSON spellings (without quotes) of the strings in ``value``.
+
+    Raises:
+      ValueError: ``value`` holds an `Automaton` node (escape before combining automata).
+    """
+    if isinstance(value, rx.Chars):
+        ranges = [(max(lo, a), min(hi, b)) for lo, hi in value.ranges for a, b in _RAW if max(lo, a) <= min(hi, b)]
+        escapes = [rx.Text(_escape(cp)) for cp in _ESCAPED if any(lo <= cp <= hi for lo, hi in value.ranges)]
+        return rx.alt(*([rx.Chars(tuple(ranges))] if ranges else []), *escapes)
+    if isinstance(value, rx.Text):
+        return rx.Text(json.dumps(value.text, ensure_ascii=False)[1:-1])
+    if isinstance(value, rx.Seq):
+        return rx.seq(*map(spelled, value.parts))
+    if isinstance(value, rx.Alt):
+        return rx.alt(*map(spelled, value.parts))
+    if isinstance(value, rx.Repeat):
+        return rx.repeat(spelled(value.body), value.lo, value.hi)
+    raise ValueError(f"cannot spell {type(value).__name__} nodes")
+
+
+def quoted(body: rx.Node) -> rx.Node:
+    return rx.seq(rx.Text('"'), body, rx.Text('"'))
+
+
+def literal(text: str) -> rx.Node:
+    """The canonical JSON spelling of one string, with quotes."""
+    return rx.Text(json.dumps(text, ensure_ascii=False))
+
+
+def string_body(min_length: int, max_length: int | None, values: list[rx.Node]) -> rx.Node:
+    """Spellings (without quotes) of strings with ``min_length <= len <= max_length`` code points
+    that lie in every language of ``values`` (spelled canonically when there is any)."""
+    if not values:
+        return rx.repeat(ANY_UNIT, min_length, max_length)
+    dfas = [rx.to_dfa(spelled(v)) for v in values]
+    if (min_length, max_length) != (0, None):
+        dfas.append(rx.to_dfa(rx.repeat(CANONICAL_UNIT, min_length, max_length)))
+    if len(dfas) == 1:
+        return spelled(values[0])
+    dfa = dfas[0]
+    for other in dfas[1:]:
+        dfa = rx.intersect(dfa, other)
+    return rx.Automaton(dfa) if dfa.start else rx.NOTHING
