@@ -121,6 +121,8 @@ class SchemaCompiler:
         if flat is False:
             return rx.NOTHING
         branches = flat.pop(_ANY_OF, [])
+        if len(branches) == 1 and not set(flat) & _ASSERTIONS:  # keep each branch's own rules
+            return rx.alt(*[self.value(b, pointer, depth) for b in branches[0]])
         if branches:
             combos = itertools.product(*branches)
             return rx.alt(*[self.value(self.merge([flat, *combo], pointer), pointer, depth) for combo in combos])

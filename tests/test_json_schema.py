@@ -1,0 +1,223 @@
+"""compile_json_schema: round trips through the device step, layouts, printing, numbers, errors."""
+
+import decimal
+import functools
+import json
+import random
+import re
+import warnings
+
+import jax
+import jax.numpy as jnp
+import jsonschema
+import numpy as np
+import pytest
+from earley import EarleyRecogniser
+from json_schemas import RECURSIVE, REGULAR
+from lark import Lark
+
+import ananke_jax as aj
+from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.json_schema import numbers
+
+STEPS = 96
+_STRUCTURAL = (b"{", b"}", b"[", b"]", b'"', b",", b":", b'":', b'",', b"1", b"0", b"true", b"null", b" ")
+
+
+@functools.cache
+def _bias(vocab):
+    """A "model" that favours short structural tokens and EOS, so documents close."""
+    bias = np.zeros(vocab.logits_width, np.float32)
+    bias[[i for i, t in enumerate(vocab.tokens) if t in _STRUCTURAL]] = 3.0
+    bias[list(vocab.eos_token_ids)] = 6.0
+    return bias
+
+
+def _generate(cg, vocab, key):
+    """Random-logit constrained generation in one jitted lax.scan; tokens, done flag, state."""
+
+    def step(carry, key):
+        state, done = carry
+        k1, k2 = jax.random.split(key)
+        logits = jax.random.normal(k1, (vocab.logits_width,)) + _bias(vocab)
+        token, new_state = aj.constrained_step(cg, state, logits, k2, aj.SamplingParams(temperature=1.0))
+        new_state = jax.tree_util.tree_map(lambda a, b: jnp.where(done, a, b), state, new_state)
+        return (new_state, done | (token == cg.fallback_token)), jnp.where(done, -1, token)
+
+    (state, done), tokens = jax.lax.scan(step, (cg.init_state(), jnp.bool_(False)), jax.random.split(key, STEPS))
+    return tokens, done, state
+
+
+def _text(vocab, tokens) -> str:
+    ids = [int(t) for t in tokens if t >= 0 and t not in vocab.eos_token_ids]
+    return b"".join(vocab.token_bytes(t) for t in ids).decode("utf-8")
+
+
+def _validate(schema, text):
+    instance = json.loads(text, parse_float=decimal.Decimal)
+    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER).validate(instance)
+
+
+def test_regular_schemas_round_trip_through_a_bank_under_jit_vmap_and_scan(real_vocab):
+    """All regular schemas stacked in one bank: one jitted, vmapped scan generates for each."""
+    _, vocab, _ = real_vocab
+    names = sorted(REGULAR)
+    compiled = [aj.compile_json_schema(REGULAR[n], vocab) for n in names]
+    assert all(isinstance(cg, aj.CompiledGrammar) for cg in compiled)
+    bank = aj.stack_grammars(compiled)
+    run = jax.jit(jax.vmap(lambda cg, key: _generate(cg, vocab, key)))
+    finished = {n: 0 for n in names}
+    for seed in range(4):
+        tokens, done, state = run(bank, jax.random.split(jax.random.key(seed), len(names)))
+        for i, n in enumerate(names):
+            assert int(state.node[i]) != 0, n
+            if bool(done[i]):
+                _validate(REGULAR[n], _text(vocab, np.asarray(tokens[i])))
+                finished[n] += 1
+    assert all(finished.values()), [n for n, k in finished.items() if not k]
+
+
+@pytest.mark.parametrize("name", sorted(RECURSIVE))
+def test_recursive_schemas_round_trip_through_the_pushdown_engine(name, real_vocab):
+    _, vocab, _ = real_vocab
+    cg = aj.compile_json_schema(RECURSIVE[name], vocab)
+    assert isinstance(cg, aj.CompiledCFG) and "pushdown" in repr(cg)
+    run = jax.jit(lambda key: _generate(cg, vocab, key))
+    finished = 0
+    for seed in range(3):
+        tokens, done, state = run(jax.random.key(seed))
+        assert not bool(aj.is_error(cg, state))
+        if bool(done):
+            _validate(RECURSIVE[name], _text(vocab, np.asarray(tokens)))
+            finished += 1
+    assert finished
+
+
+def _dfa(schema, **options):
+    rules = aj.json_schema_to_grammar(schema, **options)
+    assert len(rules.terminals) == 1, "a regular schema is one terminal"
+    return rules.terminals[0].dfa
+
+
+def _accepts(dfa, text: str) -> bool:
+    return bool(dfa.accepting[dfa.walk(dfa.start, text.encode())])
+
+
+VALUES = {
+    "person": [{"name": "Ann", "age": 30}, {"name": "Bo", "age": 7, "email": "bo@example.com"}],
+    "nested_record": [{"id": "123e4567-e89b-12d3-a456-426614174000", "owner": {"name": "x", "admin": False}}],
+    "array_of_objects": [[{"sku": "ABC-123", "qty": 2}, {"sku": "XYZ-999", "qty": 99}]],
+    "tuple": [["ab", 3], ["", -1, True]],
+    "with_defs": [{"price": {"amount": 5, "currency": "EUR"}, "tax": {"amount": 0, "currency": "USD"}}],
+}
+
+
+@pytest.mark.parametrize("layout", ["flexible", "compact", 2, 4])
+def test_layouts_accept_their_spellings_and_only_them(layout):
+    for name, values in VALUES.items():
+        dfa = _dfa(REGULAR[name], whitespace=layout)
+        for v in values:
+            compact = json.dumps(v, separators=(",", ":"))
+            indented = json.dumps(v, indent=layout if isinstance(layout, int) else 2)
+            assert _accepts(dfa, compact) == (layout != 2 and layout != 4 or compact == indented), (name, layout)
+            if isinstance(layout, int):
+                assert _accepts(dfa, json.dumps(v, indent=layout)), (name, layout)
+            else:
+                assert _accepts(dfa, json.dumps(v)) == (layout == "flexible"), (name, layout)
+
+
+def test_flexible_whitespace_runs_are_bounded():
+    dfa = _dfa(REGULAR["person"])
+    assert _accepts(dfa, '{"name":"A",' + " " * 24 + '"age":1}')
+    assert not _accepts(dfa, '{"name":"A",' + " " * 25 + '"age":1}')
+    assert not _accepts(dfa, ' {"name":"A","age":1}')  # none outside the value
+
+
+def test_optional_properties_keep_schema_order_and_may_be_omitted():
+    schema = {"type": "object", "properties": {k: {"type": "integer"} for k in "abcd"}, "required": ["c"]}
+    dfa = _dfa(schema, whitespace="compact")
+    assert _accepts(dfa, '{"c":1}') and _accepts(dfa, '{"a":1,"c":2,"d":3}') and _accepts(dfa, '{"a":1,"b":1,"c":1,"d":1}')
+    assert not _accepts(dfa, '{"c":1,"a":1}') and not _accepts(dfa, '{"a":1}') and not _accepts(dfa, '{"a":1,,"c":1}')
+    assert not _accepts(dfa, '{"c":1,"e":1}')  # closed unless allow_additional
+    spec = EarleyRecogniser(aj.json_schema_to_grammar(schema, whitespace="compact", allow_additional=True))
+    assert spec.accepts(b'{"c":1,"e":{"x":[1]}}') and not spec.accepts(b'{"c":1,"a":1}')
+
+
+def test_grammar_text_is_accepted_by_lark_and_the_gbnf_front_end():
+    for name, schema in [("tree", RECURSIVE["tree"]), ("person", REGULAR["person"])]:
+        value = {"value": 1, "children": [{"value": 2, "children": []}]} if name == "tree" else VALUES["person"][1]
+        text = json.dumps(value)
+        Lark(aj.json_schema_to_lark(schema), start="root", parser="earley", lexer="dynamic").parse(text)
+        ir = aj.gbnf_to_ir(aj.json_schema_to_gbnf(schema))
+        assert EarleyRecogniser(ir).accepts(text.encode())
+        assert not EarleyRecogniser(ir).accepts(text[:-1].encode())
+
+
+@pytest.mark.parametrize("integer", [True, False])
+def test_number_intervals_and_multiples_match_decimal_arithmetic(integer):
+    rng = random.Random(0)
+    spelling = re.compile(r"-?(0|[1-9][0-9]*)" + ("" if integer else r"(\.[0-9]+)?"))
+    candidates = {f"{rng.choice(['', '-'])}{rng.choice([0, 1, 5, 9, 10, 19, 100, rng.randint(0, 3000)])}{'' if integer else rng.choice(['', '.0', '.5', '.05', '.25', '.999'])}" for _ in range(400)}
+    bounds = [None, decimal.Decimal(0), decimal.Decimal("0.5"), decimal.Decimal(-3), decimal.Decimal("19.25"), decimal.Decimal(100)]
+    for lo in bounds:
+        for hi in bounds:
+            for lo_open, hi_open in [(False, False), (True, True), (False, True)]:
+                if (lo is None and lo_open) or (hi is None and hi_open):
+                    continue
+                dfa = rx.to_dfa(numbers.interval(lo, lo_open, hi, hi_open, integer=integer))
+                for c in candidates:
+                    ok = bool(spelling.fullmatch(c)) and c != "-0" and not re.fullmatch(r"-0(\.0+)?", c)
+                    if ok and lo is not None:
+                        ok = decimal.Decimal(c) > lo if lo_open else decimal.Decimal(c) >= lo
+                    if ok and hi is not None:
+                        ok = decimal.Decimal(c) < hi if hi_open else decimal.Decimal(c) <= hi
+                    if lo is None and hi is None:
+                        ok = bool(spelling.fullmatch(c))
+                    assert _accepts(dfa, c) == ok, (lo, lo_open, hi, hi_open, c)
+    for divisor in ["2", "7", "0.5", "0.25"]:
+        dfa = rx.intersect(numbers.multiple_of(decimal.Decimal(divisor), integer=integer).dfa, rx.to_dfa(numbers.json_number(integer=integer)))
+        for c in candidates:
+            expected = bool(spelling.fullmatch(c)) and decimal.Decimal(c) % decimal.Decimal(divisor) == 0
+            assert _accepts(dfa, c) == expected, (divisor, c)
+
+
+@pytest.mark.parametrize(
+    "schema, keyword, pointer",
+    [
+        ({"type": "array", "uniqueItems": True}, "uniqueItems", "#"),
+        ({"properties": {"a": {"dependentRequired": {"x": ["y"]}}}}, "dependentRequired", "#/properties/a"),
+        ({"$ref": "#/$defs/missing"}, "$ref", "#"),
+        ({"$ref": "https://example.com/remote.json"}, "$ref", "#"),
+        ({"type": "string", "pattern": "(?=a)b"}, "pattern", "#"),
+        ({"type": "integer", "multipleOf": 0}, "multipleOf", "#"),
+        ({"type": "integer", "multipleOf": 0.000123457}, "multipleOf", "#"),
+        ({"type": "strange"}, "type", "#"),
+        ({"type": "array", "minItems": -1}, "minItems", "#"),
+        ({"properties": {"a": {"format": "no-such-format"}}}, "format", "#/properties/a"),
+    ],
+)
+def test_unsupported_or_malformed_schemas_name_the_keyword_and_pointer(schema, keyword, pointer, sentencepiece_vocab):
+    with pytest.raises(aj.SchemaError) as e:
+        aj.compile_json_schema(schema, sentencepiece_vocab)
+    assert e.value.keyword == keyword and e.value.pointer == pointer, str(e.value)
+    assert keyword in str(e.value) and pointer in str(e.value)
+
+
+def test_relaxed_mode_warns_and_ignores(sentencepiece_vocab):
+    with pytest.warns(UserWarning, match="uniqueItems"):
+        cg = aj.compile_json_schema({"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True}, sentencepiece_vocab, strict=False)
+    assert isinstance(cg, aj.CompiledGrammar)
+
+
+def test_bad_input_is_refused_clearly(sentencepiece_vocab):
+    with pytest.raises(aj.SchemaError, match="line 1, column"):
+        aj.compile_json_schema('{"type": ', sentencepiece_vocab)
+    with pytest.raises(aj.SchemaError, match="accepts no JSON value"):
+        aj.compile_json_schema({"allOf": [{"type": "string"}, {"type": "integer"}]}, sentencepiece_vocab)
+    with pytest.raises(aj.SchemaError, match="cycle"):
+        aj.compile_json_schema({"$defs": {"a": {"$ref": "#/$defs/a", "type": "string"}}, "$ref": "#/$defs/a", "minLength": 1}, sentencepiece_vocab)
+    with pytest.raises(aj.SchemaError, match="whitespace"):
+        aj.compile_json_schema({"type": "string"}, sentencepiece_vocab, whitespace="wide")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert "regular" in repr(aj.compile_json_schema('{"type": "boolean"}', sentencepiece_vocab))

@@ -1,0 +1,61 @@
+"""Conformance with the official JSON Schema Test Suite (draft 2020-12); see schema_suite.py.
+
+Every case of a keyword in scope either passes, is a listed departure (a known wrong verdict, with
+its reason), or belongs to a listed group whose schema is refused with `SchemaError`. A case that
+changes category fails the test, so the lists below are the whole truth.
+"""
+
+import os
+
+import pytest
+from schema_suite import SUITE, results, suite_files
+
+# (keyword, group) or (keyword, group, test) -> why the verdict is wrong.
+DEPARTURES = {
+    ("oneOf", "oneOf"): "oneOf is compiled as anyOf: an instance valid under two branches is accepted",
+    ("oneOf", "oneOf with base schema"): "oneOf is compiled as anyOf",
+    ("oneOf", "oneOf with boolean schemas, all true"): "oneOf is compiled as anyOf",
+    ("oneOf", "oneOf with boolean schemas, more than one true"): "oneOf is compiled as anyOf",
+    ("oneOf", "oneOf complex types"): "oneOf is compiled as anyOf",
+    ("oneOf", "oneOf with empty schema"): "oneOf is compiled as anyOf",
+    ("oneOf", "oneOf with required"): "oneOf is compiled as anyOf",
+    ("oneOf", "oneOf with missing optional property"): "oneOf is compiled as anyOf",
+    ("format:time", "validation of time strings"): "leap seconds are accepted only at 23:59:60 UTC",
+    ("format:date-time", "validation of date-time strings"): "leap seconds are accepted only at 23:59:60 UTC",
+    ("format:hostname", "validation of host names", "exceeds maximum overall length (256)"): "the 253-byte total is not checked (24k states)",
+    ("format:hostname", "validation of A-label (punycode) host names"): "Punycode (xn--) labels are refused: IDNA is not regular",
+}
+# (keyword, group) -> a fragment of the SchemaError message.
+REFUSED = {
+    ("additionalProperties", "dependentSchemas with additionalProperties"): "dependentSchemas",
+    ("multipleOf", "float division = inf"): "remainders",
+    ("contains", "contains with false if subschema"): "'not'",
+    ("ref", "ref creates new scope when adjacent to keywords"): "unevaluatedProperties",
+    ("ref", "remote ref, containing refs itself"): "unresolvable $ref",
+    ("defs", "validate definition against metaschema"): "unresolvable $ref",
+    ("not", "collect annotations inside a 'not', even if collection is disabled"): "unevaluatedProperties",
+    ("not", "not more complex schema"): "not regular",
+}
+
+
+def _departure(keyword, group, test):
+    return DEPARTURES.get((keyword, group, test)) or DEPARTURES.get((keyword, group))
+
+
+@pytest.mark.parametrize("keyword, path", suite_files(), ids=[k for k, _ in suite_files()])
+def test_suite_cases_pass_or_are_listed(keyword, path):
+    if not SUITE.exists():
+        if os.environ.get("CI"):
+            raise AssertionError(f"JSON Schema Test Suite missing at {SUITE}")
+        pytest.skip(f"JSON Schema Test Suite not found at {SUITE} (set JSON_SCHEMA_TEST_SUITE)")
+    wrong = []
+    for group, test, outcome in results(path):
+        if outcome.startswith("unsupported"):
+            expected = REFUSED.get((keyword, group))
+            if expected is None or expected not in outcome:
+                wrong.append(f"{group} / {test}: refused unexpectedly: {outcome}")
+        elif (outcome == "fail") != bool(_departure(keyword, group, test)) and not (outcome == "pass" and (keyword, group) in DEPARTURES):
+            wrong.append(f"{group} / {test}: {outcome}" + (" (listed as a departure)" if outcome == "pass" else ""))
+        elif (keyword, group) in REFUSED:
+            wrong.append(f"{group} / {test}: listed as refused but compiled")
+    assert not wrong, "\n".join(wrong)
