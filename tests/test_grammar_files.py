@@ -2,19 +2,15 @@
 the Earley oracle."""
 
 import functools
+import random
 
-import jax
 import numpy as np
 import pytest
-from earley import EarleyRecogniser
-from oracles import unpack
+from earley import EarleyRecogniser, SharedEarley
 from test_frontends import GRAMMAR_COUNTEREXAMPLES, GRAMMAR_EXAMPLES, load_grammar_file
+from test_pushdown import _accepts, _advance, _mask, example_prefixes, random_walk_check
 
 import ananke_jax as aj
-
-_mask = jax.jit(aj.token_mask)
-_advance = jax.jit(aj.advance)
-_accepts = jax.jit(aj.accepts)
 
 # sql_select.lark is left out with the 131k vocabulary: without lexer priorities, runs of letters
 # split into keywords and names in very many ways, and its compile takes minutes (see README).
@@ -37,7 +33,7 @@ def case(request):
     name, vocab_name = request.param
     vocab = request.getfixturevalue(f"{vocab_name}_vocab")
     encode = request.getfixturevalue(f"{vocab_name}_encode")
-    return name, vocab, encode, aj.compile_grammar(_grammar(name), vocab), EarleyRecogniser(_grammar(name))
+    return name, vocab, encode, aj.compile_grammar(_grammar(name), vocab), SharedEarley(_grammar(name))
 
 
 def test_examples_are_accepted_token_by_token_and_complete_only_at_the_end(case):
@@ -64,28 +60,40 @@ def test_counterexamples_are_rejected(case):
         assert rejected or not bool(_accepts(cg, state)), (name, text)
 
 
-def test_masks_match_earley_on_random_reachable_states(case):
-    """Sound and complete on a sample of tokens per state: random ones, ones the engine allows,
-    and the EOS id."""
-    name, vocab, _, cg, earley = case
+def test_full_masks_match_earley_on_random_reachable_states(case):
+    """Sound and complete on whole masks (every token id, EOS, special and padding ids) along random
+    walks of allowed tokens, from the start and from inside the examples."""
+    name, vocab, encode, cg, earley = case
     rng = np.random.default_rng(7)
-    for _ in range(3):
-        state, data = cg.init_state(), b""
-        for _ in range(5):
-            allowed = np.flatnonzero(unpack(_mask(cg, state))[: len(vocab)])
-            tokens = np.unique(np.concatenate([rng.integers(0, len(vocab), 250), rng.choice(allowed, min(150, len(allowed))) if len(allowed) else [], list(vocab.eos_token_ids)]).astype(np.int64))
-            chart = earley.feed(earley.initial(), data)
-            got = unpack(_mask(cg, state))[tokens]
-            for token, bit in zip(tokens.tolist(), got):
-                if token in vocab.eos_token_ids:
-                    expected = earley.is_complete(chart)
-                elif token in vocab.special_token_ids:
-                    expected = False
-                else:
-                    expected = earley.is_viable(earley.feed(chart, vocab.token_bytes(token)))
-                assert bit == expected, (name, data, vocab.token_bytes(token))
-            choices = [t for t in allowed.tolist() if t not in vocab.eos_token_ids]
-            if not choices:
+    prefixes = example_prefixes(GRAMMAR_EXAMPLES[name], encode, rng, 3)
+    assert random_walk_check(cg, earley, vocab, rng, walks=6, steps=6, prefixes=prefixes)[0] >= 18
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMAR_EXAMPLES))
+def test_shared_earley_agrees_with_the_textbook_one(name):
+    """The oracle of the full-mask tests against the plain one: SharedEarley's memoised, linked
+    sets on every byte of the examples, counterexamples and mutated examples, and its trie walk
+    on whole masks of a small vocabulary of pieces of them, token by token with EarleyRecogniser."""
+    reference, shared = EarleyRecogniser(_grammar(name)), SharedEarley(_grammar(name))
+    rng = random.Random(3)
+    texts = [t.encode() for t in GRAMMAR_EXAMPLES[name] + GRAMMAR_COUNTEREXAMPLES[name]]
+    for text in texts[: len(GRAMMAR_EXAMPLES[name])]:
+        i = rng.randrange(len(text))
+        texts.append(text[:i] + bytes([rng.randrange(256)]) + text[i + 1 :])
+    pieces = {bytes([rng.randrange(256)]) for _ in range(30)}
+    for text in filter(None, texts):
+        for _ in range(20):
+            i = rng.randrange(len(text))
+            pieces.add(text[i : i + rng.randint(1, 6)])
+    vocab = aj.Vocabulary.from_tokens([b"<eos>", *sorted(pieces)], eos_token_ids=[0])
+    for text in texts:
+        chart, linked = reference.initial(), shared.initial()
+        for i in range(len(text) + 1):
+            assert reference.is_viable(chart) == shared.is_viable(linked), (name, text[:i])
+            assert reference.is_complete(chart) == shared.is_complete(linked), (name, text[:i])
+            if i % 4 == 0 or i == len(text):
+                expected = [reference.is_complete(chart)] + [reference.is_viable(reference.feed(chart, t)) for t in vocab.tokens[1:]]
+                np.testing.assert_array_equal(shared.allowed_tokens(linked, vocab), expected, err_msg=f"{name} {text[:i]!r}")
+            if i == len(text) or not reference.is_viable(chart):
                 break
-            token = int(rng.choice(choices))
-            state, data = _advance(cg, state, token), data + vocab.token_bytes(token)
+            chart, linked = reference.step(chart, text[i]), shared.step(linked, text[i])

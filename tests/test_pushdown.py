@@ -1,5 +1,6 @@
 """The pushdown engine against the byte-level Earley oracle."""
 
+import dataclasses
 import functools
 import json
 
@@ -8,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from cfg_grammars import ARITHMETIC, ARITHMETIC_TOKENS, JSON, JSON_EXAMPLES, WORDS, WORDS_TOKENS
-from earley import EarleyRecogniser
+from earley import EarleyRecogniser, SharedEarley
 from oracles import unpack
 
 import ananke_jax as aj
@@ -19,39 +20,82 @@ _advance = jax.jit(aj.advance)
 _accepts = jax.jit(aj.accepts)
 
 
-def _expected(earley, chart, vocab, tokens):
-    """bool over ``tokens``: Earley says the prefix stays viable (EOS: the prefix is complete)."""
-    out = np.zeros(len(tokens), bool)
-    for j, t in enumerate(tokens):
-        if t in vocab.eos_token_ids:
-            out[j] = earley.is_complete(chart)
-        elif t not in vocab.special_token_ids:
-            out[j] = earley.is_viable(earley.feed(chart, vocab.token_bytes(t)))
-    return out
+def _follow(cg, tokens):
+    state = cg.init_state()
+    for token in tokens:
+        state = _advance(cg, state, token)
+    return state
 
 
-def _random_walk_check(cg, g, vocab, rng, *, walks, steps, tokens_to_check=None):
-    """Compare masks with Earley along random walks of allowed tokens; returns states checked."""
-    earley = EarleyRecogniser(g)
-    checked = 0
-    for _ in range(walks):
-        state, data = cg.init_state(), b""
+def _assert_same(got, expected, vocab, message):
+    wrong = np.flatnonzero(got != expected)
+    assert not wrong.size, f"{message}: {wrong.size} tokens differ: " + "; ".join(
+        f"id {t} {vocab.token_bytes(t)!r} engine {got[t]} Earley {expected[t]}" for t in wrong[:8]
+    )
+
+
+def with_larger_bounds(cg):
+    """The same tables with larger static bounds: a deeper stack, a larger LR scratch overlay (the
+    most entries one token may push) and more parse configurations."""
+    return dataclasses.replace(cg, stack_depth=256, overlay=96, max_configs=2 * cg.max_configs)
+
+
+def random_walk_check(cg, earley, vocab, rng, *, walks, steps, prefixes=()):
+    """Compare whole masks with Earley's (every token id; EOS iff the prefix is complete; special
+    and padding ids never) along random walks of allowed tokens; walk i starts after the token ids
+    ``prefixes[i]`` when there is one. Returns (states compared, states that overflowed).
+
+    A state that reports overflow may refuse tokens for lack of stack or configurations (DESIGN.md
+    section 2), never allow a wrong one: its mask must be inside Earley's, and the same tables with
+    larger bounds, fed the same tokens, must match Earley exactly there without overflowing."""
+    not_eos = ~np.isin(np.arange(len(vocab)), vocab.eos_token_ids)
+    larger = with_larger_bounds(cg)
+    checked = overflowed = 0
+    for walk in range(walks):
+        tokens, state, chart, data = [], cg.init_state(), earley.initial(), b""
+        larger_state = None  # followed from the first state that overflows
+
+        def advance(token):
+            nonlocal state, chart, data, larger_state
+            piece = vocab.token_bytes(token)
+            tokens.append(token)
+            state, chart, data = _advance(cg, state, token), earley.feed(chart, piece), data + piece
+            assert not bool(aj.is_error(cg, state)), data
+            if larger_state is not None:
+                larger_state = _advance(larger, larger_state, token)
+
+        for token in prefixes[walk] if walk < len(prefixes) else ():
+            advance(token)
         for _ in range(steps):
-            chart = earley.feed(earley.initial(), data)
-            tokens = np.arange(len(vocab)) if tokens_to_check is None else tokens_to_check(state)
-            expected = _expected(earley, chart, vocab, tokens)
+            expected = earley.allowed_tokens(chart, vocab)
             got = unpack(_mask(cg, state))
-            np.testing.assert_array_equal(got[tokens], expected, err_msg=f"after {data!r}")
-            assert not got[len(vocab):].any()
-            assert bool(_accepts(cg, state)) == earley.is_complete(chart)
+            assert not got[len(vocab) :].any()
+            got = got[: len(vocab)]
+            assert bool(_accepts(cg, state)) == earley.is_complete(chart), data
+            if bool(state.overflow):
+                overflowed += 1
+                _assert_same(got, got & expected, vocab, f"unsound after {data!r} (overflow)")
+                larger_state = _follow(larger, tokens) if larger_state is None else larger_state
+                assert not bool(larger_state.overflow), f"larger bounds hit after {data!r}"
+                _assert_same(unpack(_mask(larger, larger_state))[: len(vocab)], expected, vocab, f"larger bounds, after {data!r}")
+            else:
+                _assert_same(got, expected, vocab, f"after {data!r}")
             checked += 1
-            allowed = tokens[expected & ~np.isin(tokens, vocab.eos_token_ids)]
-            if not len(allowed):
+            choices = np.flatnonzero(expected & not_eos)
+            if not choices.size:
                 break
-            token = int(rng.choice(allowed))
-            state, data = _advance(cg, state, token), data + vocab.token_bytes(token)
-            assert not bool(aj.is_error(cg, state))
-    return checked
+            advance(int(rng.choice(choices)))
+    return checked, overflowed
+
+
+def example_prefixes(texts, encode, rng, n):
+    """The token ids of n examples, each cut after a random number of its tokens (>= 1): states
+    inside strings, names and comments, where nearly every token is allowed."""
+    prefixes = []
+    for i in rng.permutation(len(texts))[:n]:
+        tokens = list(encode(texts[i]))
+        prefixes.append(tokens[: rng.integers(1, len(tokens))] if len(tokens) > 1 else tokens)
+    return prefixes
 
 
 @pytest.mark.parametrize(
@@ -60,7 +104,7 @@ def _random_walk_check(cg, g, vocab, rng, *, walks, steps, tokens_to_check=None)
 def test_full_masks_match_earley_on_a_vocabulary_of_bridge_tokens(g, tokens):
     vocab = aj.Vocabulary.from_tokens(tokens, eos_token_ids=[0], logits_width=40)
     cg = compile_ir(g, vocab)
-    assert _random_walk_check(cg, g, vocab, np.random.default_rng(0), walks=40, steps=12) >= 200
+    assert random_walk_check(cg, SharedEarley(g), vocab, np.random.default_rng(0), walks=40, steps=12)[0] >= 200
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,20 +113,11 @@ def _json(vocab):
 
 
 def test_json_masks_match_earley_with_real_vocabularies(real_vocab):
-    """Sound and complete on a sample of tokens: all structural tokens plus random others."""
-    _, vocab, _ = real_vocab
-    cg = _json(vocab)
+    """Sound and complete on whole masks, from the start and from inside the examples."""
+    _, vocab, encode = real_vocab
     rng = np.random.default_rng(1)
-    structural = np.array([i for i, t in enumerate(vocab.tokens) if i not in vocab.special_token_ids and any(c in t for c in b'{}[]",:\\')])
-    allowed_sample = lambda state: np.flatnonzero(unpack(_mask(cg, state))[: len(vocab)])
-
-    def tokens_to_check(state):
-        pool = [rng.choice(structural, 400), rng.integers(0, len(vocab), 300), list(vocab.eos_token_ids)]
-        allowed = allowed_sample(state)
-        pool.append(rng.choice(allowed, min(200, len(allowed))) if len(allowed) else [])
-        return np.unique(np.concatenate([np.asarray(p, np.int64) for p in pool]))
-
-    assert _random_walk_check(cg, JSON, vocab, rng, walks=6, steps=6, tokens_to_check=tokens_to_check) >= 20
+    prefixes = example_prefixes(JSON_EXAMPLES, encode, rng, 4)
+    assert random_walk_check(_json(vocab), SharedEarley(JSON), vocab, rng, walks=8, steps=6, prefixes=prefixes)[0] >= 24
 
 
 def test_json_examples_tokenized_by_the_real_tokenizers_are_accepted(real_vocab):
