@@ -144,13 +144,18 @@ def test_optional_properties_keep_schema_order_and_may_be_omitted():
 
 
 def test_grammar_text_is_accepted_by_lark_and_the_gbnf_front_end():
-    for name, schema in [("tree", RECURSIVE["tree"]), ("person", REGULAR["person"])]:
-        value = {"value": 1, "children": [{"value": 2, "children": []}]} if name == "tree" else VALUES["person"][1]
+    for name, schema in [("tree", RECURSIVE["tree"]), ("with_defs", REGULAR["with_defs"])]:
+        value = {"value": 1, "children": [{"value": 2, "children": []}]} if name == "tree" else VALUES["with_defs"][0]
         text = json.dumps(value)
         Lark(aj.json_schema_to_lark(schema), start="root", parser="earley", lexer="dynamic").parse(text)
         ir = aj.gbnf_to_ir(aj.json_schema_to_gbnf(schema))
         assert EarleyRecogniser(ir).accepts(text.encode())
         assert not EarleyRecogniser(ir).accepts(text[:-1].encode())
+
+
+def test_automata_too_large_to_print_are_refused_clearly():
+    with pytest.raises(aj.SchemaError, match="too large to write as a regex"):
+        aj.json_schema_to_lark(REGULAR["person"])  # email format with a length bound
 
 
 @pytest.mark.parametrize("integer", [True, False])

@@ -27,6 +27,7 @@ from ananke_jax._src.compile.automaton import (
     determinise,
     minimise,
 )
+from ananke_jax._src.errors import GrammarError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,6 +217,9 @@ def _product(a: ByteDFA, b: ByteDFA, accept) -> ByteDFA:
     return minimise(np.asarray(rows, np.int32), accepting, start=1, byte_class=np.arange(256, dtype=np.int32))
 
 
+# State elimination can grow the regex exponentially; larger automata are not printed.
+MAX_PRINTED_STATES = 256
+
 # --- automata back to trees -------------------------------------------------------------------
 
 
@@ -227,6 +231,8 @@ def dfa_to_node(dfa: ByteDFA) -> Node:
     """
     if dfa.start == DEAD:
         return NOTHING
+    if dfa.num_states > MAX_PRINTED_STATES:
+        raise GrammarError(f"an automaton of {dfa.num_states} states is too large to write as a regex (at most {MAX_PRINTED_STATES})")
     edges: dict[int, dict[int, Node]] = {s: {} for s in range(1, dfa.num_states)}
     final = dfa.num_states  # a fresh accepting end; the start keeps its number
     continuations: dict[tuple[int, int], list[tuple[int, int, int]]] = {}

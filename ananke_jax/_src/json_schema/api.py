@@ -39,20 +39,21 @@ def json_schema_rules(
     return rules
 
 
-def json_schema_to_grammar(schema, **options) -> Grammar:
-    """The grammar IR of ``schema``: recursive rules as nonterminals, the rest as terminals."""
+def json_schema_to_grammar(schema, *, printable: bool = False, **options) -> Grammar:
+    """The grammar IR of ``schema``: recursive rules as nonterminals, the rest as terminals
+    (each with its DFA; with regex text for every terminal only when ``printable``)."""
     rules = json_schema_rules(schema, **options)
-    return to_grammar(rules, recursive_rules(rules))
+    return to_grammar(rules, recursive_rules(rules), printable=printable)
 
 
 def json_schema_to_lark(schema, **options) -> str:
     """Lark grammar text of ``schema`` (start rule ``root``), for inspection and debugging."""
-    return to_lark(json_schema_to_grammar(schema, **options))
+    return to_lark(json_schema_to_grammar(schema, printable=True, **options))
 
 
 def json_schema_to_gbnf(schema, **options) -> str:
     """GBNF grammar text of ``schema`` (root rule ``root``), for inspection and debugging."""
-    return to_gbnf(json_schema_to_grammar(schema, **options))
+    return to_gbnf(json_schema_to_grammar(schema, printable=True, **options))
 
 
 def compile_json_schema(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.errors import GrammarError, SchemaError
 from ananke_jax._src.ir import Grammar, Rule, TerminalDef
 from ananke_jax._src.json_schema.compiler import Ref, Rules, is_regular
 
@@ -63,15 +64,20 @@ def inline(rules: Rules, keep: set[str]) -> dict[str, rx.Node]:
     return {name: expand(rules.bodies[name]) for name in keep | {rules.start}}
 
 
-def to_grammar(rules: Rules, keep: set[str]) -> Grammar:
-    """The IR: kept rules as nonterminals, reference-free pieces as terminals (with DFAs)."""
+def to_grammar(rules: Rules, keep: set[str], *, printable: bool = False) -> Grammar:
+    """The IR: kept rules as nonterminals, reference-free pieces as terminals (with DFAs).
+
+    A terminal built from automata gets its regex text (by state elimination, which can be slow
+    on large automata) only when ``printable``; otherwise the text just names its size.
+    """
     bodies = inline(rules, keep)
-    return _Writer(bodies, rules.start).grammar()
+    return _Writer(bodies, rules.start, printable).grammar()
 
 
 class _Writer:
-    def __init__(self, bodies: dict[str, rx.Node], start: str):
+    def __init__(self, bodies: dict[str, rx.Node], start: str, printable: bool):
         self.bodies = bodies
+        self.printable = printable
         self.names = _readable_names([start, *[n for n in bodies if n != start]], start)
         self.start = start
         self.rules: list[Rule] = []
@@ -122,18 +128,29 @@ class _Writer:
 
     def terminal(self, node: rx.Node) -> str:
         if node not in self.terminals:
-            try:
-                text = rx.to_regex(node)
-            except ValueError:
-                text = None
             dfa = rx.to_dfa(node)
             name = f"T{len(self.terminals)}"
-            self.terminals[node] = TerminalDef(name, text if text is not None else f"(?:automaton of {dfa.num_states} states)", dfa)
+            if self.printable or not _has_automaton(node):
+                try:
+                    text = rx.to_regex(node)
+                except GrammarError as e:
+                    raise SchemaError(f"cannot print terminal {name}: {e}") from None
+            else:
+                text = f"<automaton of {dfa.num_states} states>"
+            self.terminals[node] = TerminalDef(name, text, dfa)
         return self.terminals[node].name
 
     def helper(self) -> str:
         self.helpers += 1
         return f"_h{self.helpers}"
+
+
+def _has_automaton(node) -> bool:
+    if isinstance(node, rx.Automaton):
+        return True
+    if isinstance(node, (rx.Seq, rx.Alt)):
+        return any(map(_has_automaton, node.parts))
+    return isinstance(node, rx.Repeat) and _has_automaton(node.body)
 
 
 def _readable_names(pointers: list[str], start: str) -> dict[str, str]:
