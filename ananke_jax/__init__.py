@@ -8,22 +8,24 @@ from ananke_jax._src.compile.context_free import compile_lark as compile_lark
 from ananke_jax._src.compile.regular import compile_choices as compile_choices
 from ananke_jax._src.compile.regular import compile_regex as compile_regex
 from ananke_jax._src.compiled import CompiledGrammar as CompiledGrammar
+from ananke_jax._src.compiled import GrammarState as GrammarState
+from ananke_jax._src.compiled_cfg import CFGState as CFGState
+from ananke_jax._src.compiled_cfg import CompiledCFG as CompiledCFG
 from ananke_jax._src.errors import AnankeError as AnankeError
 from ananke_jax._src.errors import GrammarError as GrammarError
 from ananke_jax._src.errors import SchemaError as SchemaError
 from ananke_jax._src.errors import VocabularyError as VocabularyError
-from ananke_jax._src.compiled import GrammarState as GrammarState
-from ananke_jax._src.compiled_cfg import CFGState as CFGState
-from ananke_jax._src.compiled_cfg import CompiledCFG as CompiledCFG
 from ananke_jax._src.frontends.gbnf import gbnf_to_ir as gbnf_to_ir
 from ananke_jax._src.frontends.lark_frontend import lark_to_ir as lark_to_ir
 from ananke_jax._src.ir import Grammar as Grammar
-from ananke_jax._src.json_schema.api import compile_json_schema as compile_json_schema
-from ananke_jax._src.json_schema.api import json_schema_to_gbnf as json_schema_to_gbnf
-from ananke_jax._src.json_schema.api import json_schema_to_grammar as json_schema_to_grammar
-from ananke_jax._src.json_schema.api import json_schema_to_lark as json_schema_to_lark
 from ananke_jax._src.ir import Rule as Rule
 from ananke_jax._src.ir import TerminalDef as TerminalDef
+from ananke_jax._src.json_schema.api import compile_json_schema as compile_json_schema
+from ananke_jax._src.json_schema.api import json_schema_to_gbnf as json_schema_to_gbnf
+from ananke_jax._src.json_schema.api import (
+    json_schema_to_grammar as json_schema_to_grammar,
+)
+from ananke_jax._src.json_schema.api import json_schema_to_lark as json_schema_to_lark
 from ananke_jax._src.runtime.constraint import accepts as accepts
 from ananke_jax._src.runtime.constraint import advance as advance
 from ananke_jax._src.runtime.constraint import init_state as init_state

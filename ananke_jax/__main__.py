@@ -27,7 +27,7 @@ DEFAULT_REGEX = (
     r'\{"date": "(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])", '
     r'"rating": [1-5], "verdict": "(yes|no|maybe)", "tags": \[("[a-z]{2,8}"(, "[a-z]{2,8}"){0,2})?\]\}'
 )
-_WORDS = "date rating verdict tags yes no maybe the and json model token grammar".split()
+_WORDS = ["date", "rating", "verdict", "tags", "yes", "no", "maybe", "the", "and", "json", "model", "token", "grammar"]
 
 
 def embedded_vocabulary() -> aj.Vocabulary:

@@ -22,6 +22,7 @@ import pathlib
 import sys
 
 import numpy as np
+import pytest
 from earley import EarleyRecogniser
 
 import ananke_jax as aj
@@ -32,6 +33,40 @@ SUITE = pathlib.Path(os.environ.get("JSON_SCHEMA_TEST_SUITE", pathlib.Path(__fil
 DRAFT = SUITE / "tests/draft2020-12"
 KEYWORDS = ["type", "enum", "const", "boolean_schema", "properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "items", "prefixItems", "minItems", "maxItems", "contains", "minContains", "maxContains", "anyOf", "oneOf", "allOf", "ref", "defs", "if-then-else", "not"]
 FORMATS = ["date", "time", "date-time", "duration", "uuid", "email", "ipv4", "ipv6", "hostname", "uri"]
+
+
+def require_suite() -> None:
+    """Skip the calling test when the suite is missing (fail under CI, where it must be there)."""
+    if not DRAFT.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"JSON Schema Test Suite missing at {SUITE}")
+        pytest.skip(f"JSON Schema Test Suite not found at {SUITE} (set JSON_SCHEMA_TEST_SUITE)")
+
+
+def suite_cases(folder: str, files) -> list[tuple]:
+    """``(file, group, test, schema, data, valid)`` per case of ``files`` in ``folder`` of the
+    draft ([] without the suite)."""
+    if not DRAFT.is_dir():
+        return []
+    return [
+        (file, group["description"], case["description"], group["schema"], case["data"], case["valid"])
+        for file in files
+        for group in json.loads((DRAFT / folder / file).read_text(encoding="utf-8"))
+        for case in group["tests"]
+    ]
+
+
+def parametrize_cases(argnames: str, cases: list[tuple], departures: dict, values):
+    """``pytest.mark.parametrize`` over ``values(case)`` per case, a strict xfail where
+    ``departures`` names the case's ``(file, group, test)``; one all-None case without the suite
+    (the test then calls ``require_suite``)."""
+    params = []
+    for case in cases:
+        reason = departures.get(case[:3])
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        params.append(pytest.param(*values(case), marks=marks, id=": ".join(case[:3])))
+    width = len(argnames.split(","))
+    return pytest.mark.parametrize(argnames, params or [pytest.param(*[None] * width, id="suite-missing")])
 
 
 def suite_files() -> list[tuple[str, pathlib.Path]]:

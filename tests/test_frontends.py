@@ -23,6 +23,7 @@ from ananke_jax._src.compile.lr import lr_tables
 from ananke_jax._src.compile.regex import regex_to_dfa
 from ananke_jax._src.frontends import gbnf_to_ir, lark_to_ir
 from ananke_jax._src.frontends.gbnf import MAX_INLINE_REGEX
+from ananke_jax._src.grammar_text import lark_names, to_lark
 from ananke_jax._src.ir import Grammar
 
 GRAMMARS_DIR = pathlib.Path(__file__).resolve().parent.parent / "grammars"
@@ -167,23 +168,9 @@ def earley_parser(lark_text: str, start: str) -> Lark:
         return Lark(lark_text, parser="earley", lexer="dynamic_complete", ambiguity="forest", start=start)
 
 
-def _lark_regex(regex: str) -> str:
-    """Regex text for Lark's /.../ syntax: '/' escaped, and '"' spelled \\x22 (lark's unescaping
-    turns ``\\\\"`` into ``\\"``)."""
-    spelling = {"/": r"\/", '"': r"\x22", '\\"': r"\x22"}
-    return re.sub(r'\\.|/|"', lambda m: spelling.get(m.group(0), m.group(0)), regex, flags=re.S)
-
-
 def _ir_to_lark(grammar: Grammar) -> tuple[str, str]:
-    """The IR as a Lark grammar (rules r0.., terminals T0..) and the start rule's new name."""
-    names = {name: f"r{i}" for i, name in enumerate(grammar.nonterminals)}
-    nullable = {t.name for t in grammar.terminals if re.fullmatch(t.regex, "")}
-    names |= {t.name: f"T{i}" + ("?" if t.name in nullable else "") for i, t in enumerate(grammar.terminals)}
-    alternatives = lambda n: " | ".join(" ".join(names[s] for s in r.expansion) for r in grammar.rules_of(n))
-    lines = [f"{names[n]}: {alternatives(n)}" for n in grammar.nonterminals]
-    lines += [f"{names[t.name].rstrip('?')}: /{_lark_regex(t.regex)}/" for t in grammar.terminals]
-    lines += [f"%ignore {names[name]}" for name in grammar.ignore]
-    return "\n".join(lines), names[grammar.start]
+    """The IR as Lark text (the library's printer) and the start rule's name there."""
+    return to_lark(grammar), lark_names(grammar)[grammar.start]
 
 
 def _accepts(parser: Lark, text: str) -> bool:

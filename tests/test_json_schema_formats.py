@@ -3,20 +3,15 @@
 import datetime
 import functools
 import ipaddress
-import json
-import os
 import uuid
-from pathlib import Path
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from schema_suite import parametrize_cases, require_suite, suite_cases
 
 from ananke_jax._src.compile.regex_ast import to_dfa
 from ananke_jax._src.json_schema.formats import format_node
 
-_DEFAULT_SUITE = Path(__file__).resolve().parents[1] / "../shared/data/JSON-Schema-Test-Suite"
-SUITE = Path(os.environ.get("JSON_SCHEMA_TEST_SUITE", _DEFAULT_SUITE))
 FORMATS = ["date", "time", "date-time", "duration", "uuid", "email", "ipv4", "ipv6", "hostname", "uri"]
 
 _LEAP_OFFSET = "leap seconds are accepted only at 23:59 UTC spelt Z or +/-00:00 (formats.py)"
@@ -60,28 +55,9 @@ DEPARTURES = {
 }
 
 
-def _suite():
-    """``(file, group, test, data, valid)`` per string case of the format files ([] without the suite)."""
-    folder = SUITE / "tests/draft2020-12/optional/format"
-    if not folder.is_dir():
-        return []
-    return [
-        (f"{fmt}.json", group["description"], case["description"], case["data"], case["valid"])
-        for fmt in FORMATS
-        for group in json.loads((folder / f"{fmt}.json").read_text(encoding="utf-8"))
-        for case in group["tests"]
-        if isinstance(case["data"], str)
-    ]
-
-
-def _suite_params():
-    """One param per suite case, strict xfail for the departures; one that skips without the suite."""
-    params = []
-    for file, group, test, data, valid in _suite():
-        reason = DEPARTURES.get((file, group, test))
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-        params.append(pytest.param(file.removesuffix(".json"), data, valid, marks=marks, id=f"{file}: {group}: {test}"))
-    return params or [pytest.param(None, None, None, id="suite-missing")]
+def _cases() -> list[tuple]:
+    """Suite cases of the format files whose instance is a string (the others are not strings)."""
+    return [case for case in suite_cases("optional/format", [f"{fmt}.json" for fmt in FORMATS]) if isinstance(case[4], str)]
 
 
 @functools.cache
@@ -94,20 +70,15 @@ def _accepts(fmt: str, text: str) -> bool:
     return bool(dfa.accepting[dfa.walk(dfa.start, text.encode("utf-8", "surrogatepass"))])
 
 
-@pytest.mark.parametrize("fmt, data, valid", _suite_params())
+@parametrize_cases("fmt, data, valid", _cases(), DEPARTURES, lambda case: (case[0].removesuffix(".json"), *case[4:]))
 def test_format_matches_the_test_suite(fmt, data, valid):
-    if fmt is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"JSON Schema test suite missing at {SUITE}")
-        pytest.skip(f"JSON Schema test suite not found at {SUITE} (set JSON_SCHEMA_TEST_SUITE)")
+    require_suite()
     assert _accepts(fmt, data) == valid
 
 
 def test_departures_name_suite_cases():
-    cases = {case[:3] for case in _suite()}
-    if not cases:
-        pytest.skip(f"JSON Schema test suite not found at {SUITE}")
-    assert set(DEPARTURES) <= cases
+    require_suite()
+    assert set(DEPARTURES) <= {case[:3] for case in _cases()}
 
 
 def test_unknown_formats_have_no_language():

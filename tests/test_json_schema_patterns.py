@@ -2,20 +2,16 @@
 
 import functools
 import itertools
-import json
-import os
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
+from schema_suite import parametrize_cases, require_suite, suite_cases
 
 from ananke_jax import SchemaError
 from ananke_jax._src.compile.regex_ast import to_dfa
 from ananke_jax._src.json_schema.ecma_regex import pattern_node
 
-_DEFAULT_SUITE = Path(__file__).resolve().parents[1] / "../shared/data/JSON-Schema-Test-Suite"
-SUITE = Path(os.environ.get("JSON_SCHEMA_TEST_SUITE", _DEFAULT_SUITE))
 FILES = ["pattern.json", "patternProperties.json", "optional/ecmascript-regex.json"]
 FORMAT_FILE = "optional/format/ecmascript-regex.json"
 
@@ -30,33 +26,8 @@ DEPARTURES = {
 }
 
 
-def _suite(files: list[str]):
-    """``(file, group, test, schema, data, valid)`` per suite case ([] without the suite)."""
-    root = SUITE / "tests/draft2020-12"
-    if not root.is_dir():
-        return []
-    return [
-        (file, group["description"], case["description"], group["schema"], case["data"], case["valid"])
-        for file in files
-        for group in json.loads((root / file).read_text(encoding="utf-8"))
-        for case in group["tests"]
-    ]
-
-
-def _params(cases) -> list:
-    params = []
-    for file, group, test, *values in cases:
-        reason = DEPARTURES.get((file, group, test))
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-        params.append(pytest.param(*values, marks=marks, id=f"{file}: {group}: {test}"))
-    return params or [pytest.param(None, None, None, id="suite-missing")]
-
-
-def _require(schema):
-    if schema is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"JSON Schema test suite missing at {SUITE}")
-        pytest.skip(f"JSON Schema test suite not found at {SUITE} (set JSON_SCHEMA_TEST_SUITE)")
+def _values(case: tuple) -> tuple:
+    return case[3:]
 
 
 @functools.cache
@@ -101,15 +72,15 @@ def _valid(schema, data) -> bool:
     return all(checks)
 
 
-@pytest.mark.parametrize("schema, data, valid", _params([c for c in _suite(FILES) if _applies(*c[3:5])]))
+@parametrize_cases("schema, data, valid", [c for c in suite_cases("", FILES) if _applies(*c[3:5])], DEPARTURES, _values)
 def test_pattern_matches_the_test_suite(schema, data, valid):
-    _require(schema)
+    require_suite()
     assert _valid(schema, data) == valid
 
 
-@pytest.mark.parametrize("schema, data, valid", _params(_suite([FORMAT_FILE])))
+@parametrize_cases("schema, data, valid", suite_cases("", [FORMAT_FILE]), DEPARTURES, _values)
 def test_syntax_errors_match_the_format_regex_suite(schema, data, valid):
-    _require(schema)
+    require_suite()
     try:
         pattern_node(data)
         parsed = True
@@ -119,10 +90,8 @@ def test_syntax_errors_match_the_format_regex_suite(schema, data, valid):
 
 
 def test_departures_name_suite_cases():
-    cases = {case[:3] for case in _suite([*FILES, FORMAT_FILE])}
-    if not cases:
-        pytest.skip(f"JSON Schema test suite not found at {SUITE}")
-    assert set(DEPARTURES) <= cases
+    require_suite()
+    assert set(DEPARTURES) <= {case[:3] for case in suite_cases("", [*FILES, FORMAT_FILE])}
 
 
 # Patterns whose meaning is the same in ECMA-262 and Python `re` over the alphabet below (no line

@@ -5,10 +5,9 @@ its reason), or belongs to a listed group whose schema is refused with `SchemaEr
 changes category fails the test, so the lists below are the whole truth.
 """
 
-import os
 
 import pytest
-from schema_suite import SUITE, results, suite_files
+from schema_suite import require_suite, results, suite_files
 
 # (keyword, group) or (keyword, group, test) -> why the verdict is wrong.
 DEPARTURES = {
@@ -44,10 +43,7 @@ def _departure(keyword, group, test):
 
 @pytest.mark.parametrize("keyword, path", suite_files(), ids=[k for k, _ in suite_files()])
 def test_suite_cases_pass_or_are_listed(keyword, path):
-    if not SUITE.exists():
-        if os.environ.get("CI"):
-            raise AssertionError(f"JSON Schema Test Suite missing at {SUITE}")
-        pytest.skip(f"JSON Schema Test Suite not found at {SUITE} (set JSON_SCHEMA_TEST_SUITE)")
+    require_suite()
     wrong = []
     for group, test, outcome in results(path):
         if outcome.startswith("unsupported"):

@@ -17,8 +17,8 @@ import json
 import operator
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -146,6 +146,10 @@ class ByteDFA:
             state = int(self.transitions[state, b])
         return state
 
+    def accepts(self, data: bytes) -> bool:
+        """Whether ``data`` is in the language (state 0, dead, never accepts)."""
+        return bool(self.accepting[self.walk(self.start, data)])
+
 
 def determinise(builder: NFABuilder, fragment: Fragment) -> ByteDFA:
     """Subset construction over byte classes, then minimisation."""

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ananke_jax._src.compile import utf8
 from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile import utf8
 from ananke_jax._src.compile.automaton import ByteDFA, NFABuilder, determinise
 from ananke_jax._src.errors import GrammarError
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -128,6 +129,28 @@ def optional(body: Node) -> Node:
 
 def star(body: Node) -> Node:
     return repeat(body, 0, None)
+
+
+def leaves(node) -> Iterator:
+    """The nodes under ``node`` that are not `Seq`, `Alt` or `Repeat`, left to right."""
+    if isinstance(node, (Seq, Alt)):
+        for part in node.parts:
+            yield from leaves(part)
+    elif isinstance(node, Repeat):
+        yield from leaves(node.body)
+    else:
+        yield node
+
+
+def map_leaves(node, fn: Callable) -> Node:
+    """``node`` with every leaf (see `leaves`) replaced by ``fn(leaf)``."""
+    if isinstance(node, Seq):
+        return seq(*[map_leaves(p, fn) for p in node.parts])
+    if isinstance(node, Alt):
+        return alt(*[map_leaves(p, fn) for p in node.parts])
+    if isinstance(node, Repeat):
+        return repeat(map_leaves(node.body, fn), node.lo, node.hi)
+    return fn(node)
 
 
 def join(items: list[Node], separator: Node) -> Node:
@@ -306,8 +329,10 @@ def _merged(moves: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
 
 def to_regex(node: Node) -> str:
     """Python regex text of ``node`` (full match); automata are first turned into trees."""
-    if isinstance(node, Automaton):
-        return to_regex(dfa_to_node(node.dfa))
+    return _regex(map_leaves(node, lambda leaf: dfa_to_node(leaf.dfa) if isinstance(leaf, Automaton) else leaf))
+
+
+def _regex(node: Node) -> str:
     if isinstance(node, Chars):
         if not node.ranges:
             return "[^\\x00-\\U0010ffff]"
@@ -317,14 +342,11 @@ def to_regex(node: Node) -> str:
     if isinstance(node, Text):
         return "".join(_escape(c) for c in node.text)
     if isinstance(node, Seq):
-        parts = [dfa_to_node(p.dfa) if isinstance(p, Automaton) else p for p in node.parts]
-        return "".join(f"(?:{to_regex(p)})" if isinstance(p, Alt) else to_regex(p) for p in parts)
+        return "".join(f"(?:{_regex(p)})" if isinstance(p, Alt) else _regex(p) for p in node.parts)
     if isinstance(node, Alt):
-        return "|".join(to_regex(p) for p in node.parts) if node.parts else to_regex(Chars(()))
+        return "|".join(_regex(p) for p in node.parts) if node.parts else _regex(Chars(()))
     if isinstance(node, Repeat):
-        if isinstance(node.body, Automaton):
-            return to_regex(Repeat(dfa_to_node(node.body.dfa), node.lo, node.hi))
-        body = to_regex(node.body)
+        body = _regex(node.body)
         atomic = isinstance(node.body, Chars) or (isinstance(node.body, Text) and len(node.body.text) == 1)
         body = body if atomic else f"(?:{body})"
         hi = "" if node.hi is None else node.hi

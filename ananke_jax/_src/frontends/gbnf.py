@@ -29,7 +29,12 @@ import re
 from collections.abc import Iterable, Iterator
 
 from lark import Lark, Token, Transformer
-from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+from lark.exceptions import (
+    UnexpectedCharacters,
+    UnexpectedInput,
+    UnexpectedToken,
+    VisitError,
+)
 
 from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar, Rule, TerminalDef

@@ -49,15 +49,15 @@ except ImportError:  # pragma: no cover - Python 3.10
     _EXTRA_CASES = {}
 
 # Regex text lark compiles common.lark's _STRING_ESC_INNER to, then the closing quote.
-_STRING_ESC_INNER = re.compile(re.escape(r".*?(?<!\\)(\\\\)*?") + r"(\\[^0-9A-Za-z]|[^\\()\[\]{}|*+?.^$])", re.S)
+_STRING_ESC_INNER = re.compile(re.escape(r".*?(?<!\\)(\\\\)*?") + r"(\\[^0-9A-Za-z]|[^\\()\[\]{}|*+?.^$])", re.DOTALL)
 # Lark's C_COMMENT regex, and the language its lexer matches with it.
 _LEXER_LANGUAGES = {"/\\*(.|\n)*?\\*/": r"/\*(?:[^*]|\*+[^*/])*\*+/"}
 # A case-insensitive group around a literal, as lark writes a string with the `i` flag that is
 # part of a larger terminal: `(?i:` then plain or backslash-escaped punctuation characters.
-_CASELESS_LITERAL = re.compile(r"\(\?i:((?:[^\\()\[\]{}|*+?.^$]|\\[^0-9A-Za-z])*)\)", re.S)
-_ESCAPED_CHAR = re.compile(r"\\(.)", re.S)
+_CASELESS_LITERAL = re.compile(r"\(\?i:((?:[^\\()\[\]{}|*+?.^$]|\\[^0-9A-Za-z])*)\)", re.DOTALL)
+_ESCAPED_CHAR = re.compile(r"\\(.)", re.DOTALL)
 # An escape pair or a raw control character (scanning pairs first keeps `\\` apart from `\<newline>`).
-_CONTROL = re.compile(r"\\(.)|([\x00-\x1f\x7f])", re.S)
+_CONTROL = re.compile(r"\\(.)|([\x00-\x1f\x7f])", re.DOTALL)
 
 
 def lark_to_ir(text: str, *, start: str = "start") -> Grammar:

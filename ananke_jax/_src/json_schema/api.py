@@ -11,10 +11,10 @@ from ananke_jax._src.compile.regular import compile_dfa
 from ananke_jax._src.compiled import CompiledGrammar
 from ananke_jax._src.compiled_cfg import CompiledCFG
 from ananke_jax._src.errors import GrammarError, SchemaError
+from ananke_jax._src.grammar_text import to_gbnf, to_lark
 from ananke_jax._src.ir import Grammar
 from ananke_jax._src.json_schema.assemble import inline, recursive_rules, to_grammar
 from ananke_jax._src.json_schema.compiler import Rules, SchemaCompiler
-from ananke_jax._src.json_schema.grammar_text import to_gbnf, to_lark
 from ananke_jax._src.vocab import Vocabulary
 
 DEFAULT_MAX_DEPTH = 32

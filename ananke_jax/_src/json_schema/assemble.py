@@ -33,35 +33,21 @@ def _closure(names: set[str], refs: dict[str, set[str]]) -> set[str]:
 
 
 def _refs(node) -> set[str]:
-    if isinstance(node, Ref):
-        return {node.name}
-    if isinstance(node, (rx.Seq, rx.Alt)):
-        return set().union(*map(_refs, node.parts)) if node.parts else set()
-    if isinstance(node, rx.Repeat):
-        return _refs(node.body)
-    return set()
+    return {leaf.name for leaf in rx.leaves(node) if isinstance(leaf, Ref)}
 
 
 def inline(rules: Rules, keep: set[str]) -> dict[str, rx.Node]:
     """Each kept rule's body (and the start's), with the other rules substituted."""
     done: dict[str, rx.Node] = {}
 
-    def expand(node):
-        if isinstance(node, Ref):
-            if node.name in keep:
-                return node
-            if node.name not in done:
-                done[node.name] = expand(rules.bodies[node.name])
-            return done[node.name]
-        if isinstance(node, rx.Seq):
-            return rx.seq(*map(expand, node.parts))
-        if isinstance(node, rx.Alt):
-            return rx.alt(*map(expand, node.parts))
-        if isinstance(node, rx.Repeat):
-            return rx.repeat(expand(node.body), node.lo, node.hi)
-        return node
+    def substitute(leaf):
+        if not isinstance(leaf, Ref) or leaf.name in keep:
+            return leaf
+        if leaf.name not in done:
+            done[leaf.name] = rx.map_leaves(rules.bodies[leaf.name], substitute)
+        return done[leaf.name]
 
-    return {name: expand(rules.bodies[name]) for name in keep | {rules.start}}
+    return {name: rx.map_leaves(rules.bodies[name], substitute) for name in keep | {rules.start}}
 
 
 def to_grammar(rules: Rules, keep: set[str], *, printable: bool = False) -> Grammar:
@@ -146,11 +132,7 @@ class _Writer:
 
 
 def _has_automaton(node) -> bool:
-    if isinstance(node, rx.Automaton):
-        return True
-    if isinstance(node, (rx.Seq, rx.Alt)):
-        return any(map(_has_automaton, node.parts))
-    return isinstance(node, rx.Repeat) and _has_automaton(node.body)
+    return any(isinstance(leaf, rx.Automaton) for leaf in rx.leaves(node))
 
 
 def _readable_names(pointers: list[str], start: str) -> dict[str, str]:

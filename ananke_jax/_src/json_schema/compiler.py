@@ -210,13 +210,16 @@ class SchemaCompiler:
 
     def member_schema(self, s: dict, name: str, pointer: str):
         """What ``s`` asks of the value of key ``name`` (None: nothing)."""
-        if name in s.get("properties", {}):
-            return s["properties"][name]
-        key = strings.spelled(rx.Text(name))
-        matching = [x for p, x in s.get("patternProperties", {}).items() if _accepts_dfa(self.key_pattern(p, pointer), key)]
-        if matching:
-            return matching[0] if len(matching) == 1 else {"allOf": matching}
-        return s.get("additionalProperties")
+        schemas = self.key_schemas(s.get("properties", {}), s.get("patternProperties", {}), s.get("additionalProperties"), name, pointer)
+        return None if not schemas else schemas[0] if len(schemas) == 1 else {"allOf": schemas}
+
+    def key_schemas(self, properties: dict, patterns: dict, additional, name: str, pointer: str) -> list:
+        """The schemas the value of key ``name`` must satisfy: its property schema and those of the
+        patterns it matches, else ``additional`` (None: none)."""
+        key = strings.spelling(name).encode()
+        out = [properties[name]] if properties.get(name) is not None else []
+        out += [x for p, x in patterns.items() if self.key_pattern(p, pointer).accepts(key)]
+        return out or ([] if additional is None else [additional])
 
     def key_pattern(self, pattern: str, pointer: str):
         """The DFA of the key spellings in which ``pattern`` finds a match."""
@@ -288,7 +291,7 @@ class SchemaCompiler:
             if check is not None:
                 allowed = check.get(t)
                 scalar = t not in ("array", "object")
-                if allowed is None or (is_regular(allowed) and (scalar or not self.layout.depth_dependent) and not _accepts(allowed, _compact(v))):
+                if allowed is None or (is_regular(allowed) and (scalar or not self.layout.depth_dependent) and not rx.to_dfa(allowed).accepts(_compact(v).encode())):
                     continue
             out.setdefault(t, []).append(self.literal(v, depth))
         return {t: rx.alt(*nodes) for t, nodes in out.items()}
@@ -322,8 +325,7 @@ class SchemaCompiler:
                 if hi is None or v < hi or (v == hi and bound):
                     hi, hi_open = v, bound
         node = numbers.interval(lo, lo_open, hi, hi_open, integer=integer)
-        divisors = s.get("multipleOf", [])
-        for m in divisors if isinstance(divisors, list) else [divisors]:
+        for m in _as_list(s.get("multipleOf", [])):
             d = _decimal(m, "multipleOf", pointer)
             if d <= 0:
                 raise SchemaError("multipleOf must be greater than 0", keyword="multipleOf", pointer=pointer)
@@ -336,11 +338,9 @@ class SchemaCompiler:
 
     def string_body(self, s: dict, pointer: str) -> rx.Node:
         values = []
-        patterns = s.get("pattern", [])
-        for p in patterns if isinstance(patterns, list) else [patterns]:
+        for p in _as_list(s.get("pattern", [])):
             values.append(pattern_node(p, pointer=pointer))
-        formats = s.get("format", [])
-        for f in formats if isinstance(formats, list) else [formats]:
+        for f in _as_list(s.get("format", [])):
             node = format_node(f)
             if node is None:
                 self.unsupported("format", f"unknown format {f!r}", pointer)
@@ -411,7 +411,6 @@ class SchemaCompiler:
         # Objects whose keys the schema describes are closed unless allow_additional is set.
         described = "properties" in s or "patternProperties" in s or "required" in s
         additional = s.get("additionalProperties", self.allow_additional or not described)
-        pattern_dfas = {p: self.key_pattern(p, pointer) for p in patterns}
         names = self.key_names(s, pointer)
         colon, comma = self.layout.colon(), self.layout.comma(depth)
 
@@ -420,15 +419,12 @@ class SchemaCompiler:
             return rx.seq(key_node, colon, self.value(merged, where, depth + 1))
 
         declared = []  # (member node, required)
-        for name, schema in properties.items():
-            body = strings.spelled(rx.Text(name))
-            matching = [patterns[p] for p, dfa in pattern_dfas.items() if _accepts_dfa(dfa, body)]
-            own = [schema] if schema is not None else ([] if matching else [additional])
-            node = member(strings.literal(name), own + matching, child(pointer, "properties", name))
-            if names is not None and not _accepts_dfa(names, body):
+        for name in properties:
+            node = member(strings.literal(name), self.key_schemas(properties, patterns, additional, name, pointer), child(pointer, "properties", name))
+            if names is not None and not names.accepts(strings.spelling(name).encode()):
                 node = rx.NOTHING
             declared.append((node, name in required))
-        extra = self.extra_members(pointer, properties, patterns, pattern_dfas, additional, names, member)
+        extra = self.extra_members(pointer, properties, patterns, additional, names, member)
         lo = max(_counts(s, "minProperties", pointer) or [0])
         his = _counts(s, "maxProperties", pointer)
         hi = min(his) if his else None
@@ -470,7 +466,7 @@ class SchemaCompiler:
             return None
         return rx.intersect(_unquoted(rx.to_dfa(node)), rx.to_dfa(rx.star(strings.CANONICAL_UNIT)))
 
-    def extra_members(self, pointer, properties, patterns, pattern_dfas, additional, names, member) -> rx.Node:
+    def extra_members(self, pointer, properties, patterns, additional, names, member) -> rx.Node:
         """Members with undeclared keys: one region per combination of matching patterns."""
         keys = rx.to_dfa(rx.star(strings.CANONICAL_UNIT))
         if properties:
@@ -480,7 +476,8 @@ class SchemaCompiler:
         regions = []
         for chosen in itertools.product((False, True), repeat=len(patterns)):
             region = keys
-            for (p, dfa), inside in zip(pattern_dfas.items(), chosen):
+            for p, inside in zip(patterns, chosen):
+                dfa = self.key_pattern(p, pointer)
                 region = rx.intersect(region, dfa) if inside else rx.difference(region, dfa)
             if not region.start:
                 continue
@@ -509,13 +506,15 @@ def _merge_keyword(key: str, a, b, pointer: str):
     if key == "enum":
         return [x for x in a if any(_json_equal(x, y) for y in b)]
     if key == "const":
-        return a if _json_equal(a, b) else {"__never__": True} and _never(pointer)
+        if not _json_equal(a, b):
+            raise SchemaError("allOf with two different const values accepts no value", keyword="const", pointer=pointer)
+        return a
     if key in ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains"):
         return max(a, b)
     if key in ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains"):
         return min(a, b)
     if key in ("pattern", "format", "multipleOf"):
-        return [*(a if isinstance(a, list) else [a]), *(b if isinstance(b, list) else [b])]
+        return [*_as_list(a), *_as_list(b)]
     if key == "propertyNames":
         return {"allOf": [a, b]}
     if key == "not":
@@ -540,10 +539,6 @@ def _merged_items(parts: list[dict]) -> dict:
     if tails:
         out["items"] = tails[0] if len(tails) == 1 else {"allOf": tails}
     return out
-
-
-def _never(pointer):
-    raise SchemaError("allOf with two different const values accepts no value", keyword="const", pointer=pointer)
 
 
 _TYPE_KEYWORDS = {
@@ -598,7 +593,7 @@ def _decimal(v, key: str, pointer: str) -> decimal.Decimal:
 def _counts(s: dict, key: str, pointer: str) -> list[int]:
     if key not in s:
         return []
-    values = s[key] if isinstance(s[key], list) else [s[key]]
+    values = _as_list(s[key])
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, decimal.Decimal)) or v < 0 or v != int(v):
             raise SchemaError(f"{key} must be a non-negative integer, got {v}", keyword=key, pointer=pointer)
@@ -618,26 +613,16 @@ def _compact(v) -> str:
 
 def is_regular(node) -> bool:
     """No `Ref` inside ``node``."""
-    if isinstance(node, Ref):
-        return False
-    if isinstance(node, (rx.Seq, rx.Alt)):
-        return all(map(is_regular, node.parts))
-    if isinstance(node, rx.Repeat):
-        return is_regular(node.body)
-    return True
+    return not any(isinstance(leaf, Ref) for leaf in rx.leaves(node))
 
 
 def _automaton(dfa) -> rx.Node:
     return rx.Automaton(dfa) if dfa.start else rx.NOTHING
 
 
-def _accepts_dfa(dfa, node_or_text) -> bool:
-    text = node_or_text.text if isinstance(node_or_text, rx.Text) else node_or_text
-    return bool(dfa.start) and bool(dfa.accepting[dfa.walk(dfa.start, text.encode("utf-8"))])
-
-
-def _accepts(node: rx.Node, text: str) -> bool:
-    return _accepts_dfa(rx.to_dfa(node), text)
+def _as_list(value) -> list:
+    """Keywords that merging may have collected into lists (pattern, format, multipleOf...)."""
+    return value if isinstance(value, list) else [value]
 
 
 def _unquoted(dfa: ByteDFA) -> ByteDFA:

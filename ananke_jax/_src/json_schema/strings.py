@@ -19,7 +19,6 @@ _ESCAPED = sorted(set(range(0x20)) | {0x22, 0x5C})  # code points json.dumps esc
 _RAW = tuple(utf8.complement([(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)]))
 _HEX = rx.chars("09", "af", "AF")
 
-ANY_CHAR = rx.chars((0, utf8.MAX_CODE_POINT))
 # One character of a JSON string as written: raw, a short escape or a \u escape.
 ANY_UNIT = rx.alt(
     rx.Chars(_RAW),
@@ -41,19 +40,22 @@ def spelled(value: rx.Node) -> rx.Node:
     Raises:
       ValueError: ``value`` holds an `Automaton` node (escape before combining automata).
     """
+    return rx.map_leaves(value, _spelled_leaf)
+
+
+def _spelled_leaf(value: rx.Node) -> rx.Node:
     if isinstance(value, rx.Chars):
         ranges = [(max(lo, a), min(hi, b)) for lo, hi in value.ranges for a, b in _RAW if max(lo, a) <= min(hi, b)]
         escapes = [rx.Text(_escape(cp)) for cp in _ESCAPED if any(lo <= cp <= hi for lo, hi in value.ranges)]
         return rx.alt(*([rx.Chars(tuple(ranges))] if ranges else []), *escapes)
     if isinstance(value, rx.Text):
-        return rx.Text(json.dumps(value.text, ensure_ascii=False)[1:-1])
-    if isinstance(value, rx.Seq):
-        return rx.seq(*map(spelled, value.parts))
-    if isinstance(value, rx.Alt):
-        return rx.alt(*map(spelled, value.parts))
-    if isinstance(value, rx.Repeat):
-        return rx.repeat(spelled(value.body), value.lo, value.hi)
+        return rx.Text(spelling(value.text))
     raise ValueError(f"cannot spell {type(value).__name__} nodes")
+
+
+def spelling(text: str) -> str:
+    """The canonical JSON spelling of ``text``, without quotes."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def quoted(body: rx.Node) -> rx.Node:

@@ -14,10 +14,7 @@ def to_lark(grammar: Grammar) -> str:
 
     A terminal that matches the empty string is used as ``T?``.
     """
-    names = {n: n if re.fullmatch(r"[a-z_][a-z0-9_]*", n) else f"r{i}" for i, n in enumerate(grammar.nonterminals)}
-    nullable = {t.name for t in grammar.terminals if re.fullmatch(t.regex, "")}
-    for i, t in enumerate(grammar.terminals):
-        names[t.name] = f"T{i}" + ("?" if t.name in nullable else "")
+    names = lark_names(grammar)
     lines = []
     for n in grammar.nonterminals:
         alternatives = [" ".join(names[s] for s in r.expansion) for r in grammar.rules_of(n)]
@@ -26,6 +23,14 @@ def to_lark(grammar: Grammar) -> str:
     lines += [f"{names[t.name].rstrip('?')}: /{_lark_regex(t.regex)}/" for t in grammar.terminals]
     lines += [f"%ignore {names[name].rstrip('?')}" for name in grammar.ignore]
     return "\n".join(lines) + "\n"
+
+
+def lark_names(grammar: Grammar) -> dict[str, str]:
+    """The name of each rule and terminal in `to_lark`'s text (``T?`` for nullable terminals)."""
+    names = {n: n if re.fullmatch(r"_?[a-z][a-z0-9_]*", n) else f"r{i}" for i, n in enumerate(grammar.nonterminals)}
+    for i, t in enumerate(grammar.terminals):
+        names[t.name] = f"T{i}" + ("?" if re.fullmatch(t.regex, "") else "")
+    return names
 
 
 def _lark_regex(regex: str) -> str:
