@@ -14,6 +14,7 @@ from oracles import unpack
 
 import ananke_jax as aj
 from ananke_jax._src.compile.cfg import compile_ir
+from ananke_jax._src.ir import grammar
 
 _mask = jax.jit(aj.token_mask)
 _advance = jax.jit(aj.advance)
@@ -81,7 +82,7 @@ def random_walk_check(cg, earley, vocab, rng, *, walks, steps, prefixes=()):
             else:
                 _assert_same(got, expected, vocab, f"after {data!r}")
             checked += 1
-            choices = np.flatnonzero(expected & not_eos)
+            choices = np.flatnonzero(got & not_eos)  # = expected unless a bound was hit
             if not choices.size:
                 break
             advance(int(rng.choice(choices)))
@@ -212,3 +213,22 @@ def test_forbidden_and_special_tokens_lead_to_the_error_state():
         state = _advance(cg, cg.init_state(), token)
         assert bool(aj.is_error(cg, state))
         assert not unpack(_mask(cg, state)).any()
+
+
+# Each X comes after an empty `a`: a token of n X's pushes 2n states.
+EMPTY_RULES = grammar([("s", ["a", "X", "s"]), ("s", ["C"]), ("a", [])], {"X": "X", "C": "C"}, "s")
+
+
+@pytest.mark.parametrize(
+    "g, pieces, opener", [(ARITHMETIC, ARITHMETIC_TOKENS[1:], b"("), (EMPTY_RULES, [b"X", b"C"], b"X")], ids=["parentheses", "empty-rules"]
+)
+def test_one_token_may_push_up_to_the_stack_depth(g, pieces, opener):
+    """The scratch space of a token's LR simulation is as deep as the longest token can need."""
+    deep_token = opener * 30  # 30 or 60 states: more than the tight depth, less than the roomy one
+    vocab = aj.Vocabulary.from_tokens([b"<eos>", *pieces, deep_token], eos_token_ids=[0])
+    deep = vocab.tokens.index(deep_token)
+    roomy, tight = compile_ir(g, vocab, stack_depth=64), compile_ir(g, vocab, stack_depth=24)
+    assert bool(aj.is_allowed(_mask(roomy, roomy.init_state()), deep)) and not bool(roomy.init_state().overflow)
+    assert not bool(aj.is_allowed(_mask(tight, tight.init_state()), deep)) and bool(tight.init_state().overflow)
+    checked, overflowed = random_walk_check(roomy, SharedEarley(g), vocab, np.random.default_rng(1), walks=20, steps=8, prefixes=[[deep]] * 10)
+    assert checked >= 40 and overflowed >= 1, (checked, overflowed)

@@ -353,6 +353,6 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         logits_width=vocab.logits_width,
         stack_depth=stack_depth,
         max_configs=max_configs,
-        overlay=min(32, stack_depth),
+        overlay=min(stack_depth, lr.push_bound(t.outcome_terminals.shape[1] + 1)),  # a token's terminals, one lookahead
         lanes=tries.lanes,
     )

@@ -147,7 +147,9 @@ def _verdicts(cg: CompiledCFG, stack, depth, lexer):
     lookahead_ok = ((lookahead >= 0) & accepted[jnp.maximum(lookahead, 0)]).any(axis=1)
     used = cg.outcome_lexer[lexer] >= 0
     valid = used & terminals_ok & (cg.outcome_free[lexer] | lookahead_ok)
-    blocked = (used & (node >= 0) & nodes.overflow[jnp.maximum(node, 0)]).any()
+    node_overflow = (node >= 0) & nodes.overflow[jnp.maximum(node, 0)]
+    lookahead_overflow = ((lookahead >= 0) & nodes.overflow[jnp.maximum(lookahead, 0)]).any(axis=1)
+    blocked = (used & ~valid & (node_overflow | lookahead_overflow)).any()
     final = cg.complete_node[lexer]
     complete = ((final >= 0) & accepted[jnp.maximum(final, 0)]).any()
     return valid, complete, blocked
