@@ -25,3 +25,7 @@ class SchemaError(AnankeError):
         super().__init__(message + where)
         self.keyword = keyword
         self.pointer = pointer or "#"
+
+
+class FusionError(AnankeError):
+    """A fusion config (or its JSON form), a domain, a trigger or a score vector is invalid."""
