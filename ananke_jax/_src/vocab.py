@@ -3,8 +3,9 @@
 The constraint engine only needs to know which bytes each token id emits, which ids end
 generation (EOS), which ids must never be sampled (special tokens) and how wide the
 model's logits are. Loaders read the common tokenizer formats directly (SentencePiece
-``.model`` protobuf, Mistral Tekken JSON, Hugging Face ``tokenizer.json``) with numpy and
-the standard library only, so no tokenizer package is needed at runtime.
+``.model`` protobuf, Mistral Tekken JSON, Hugging Face ``tokenizer.json``, the header of a
+GGUF model file) with numpy and the standard library only, so no tokenizer package is needed
+at runtime.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ananke_jax._src.errors import VocabularyError
+from ananke_jax._src.gguf_file import read_gguf
 
 PathLike = str | os.PathLike[str]
 
@@ -155,21 +157,12 @@ class Vocabulary:
         """
         with _errors_name(path):
             data = memoryview(_read_bytes(path))
-            tokens: list[bytes] = []
-            special: list[int] = []
+            pieces: list[tuple[str, int]] = []
             eos_id = 2  # TrainerSpec's default.
             has_trainer_spec = False
             for field, wire, value in _proto_fields(data):
                 if field == 1:  # repeated SentencePiece pieces
-                    piece, piece_type = _parse_piece(_expect_bytes(field, wire, value))
-                    token_id = len(tokens)
-                    if piece_type in (_SP_UNKNOWN, _SP_CONTROL, _SP_UNUSED):
-                        special.append(token_id)
-                        tokens.append(piece.encode("utf-8"))
-                    elif piece_type == _SP_BYTE:
-                        tokens.append(_byte_piece(piece))
-                    else:
-                        tokens.append(piece.replace(_SPACE_MARK, " ").encode("utf-8"))
+                    pieces.append(_parse_piece(_expect_bytes(field, wire, value)))
                 elif field == 2:  # TrainerSpec
                     has_trainer_spec = True
                     trainer_spec = _expect_bytes(field, wire, value)
@@ -178,12 +171,13 @@ class Vocabulary:
                             eos_id = _as_int32(_expect_varint(sub, sub_wire, sub_value))
             # Writers always emit the trainer spec after the pieces, so its absence means
             # the file was cut short (or is not a SentencePiece model at all).
-            if not tokens or not has_trainer_spec:
+            if not pieces or not has_trainer_spec:
                 raise VocabularyError(
                     "not a SentencePiece model (no pieces or no trainer spec; truncated file?)"
                 )
             if eos_id < 0:
                 raise VocabularyError("the model defines no EOS piece (eos_id = -1)")
+            tokens, special = _typed_pieces(pieces, _sentencepiece_text)
             return cls(
                 tokens,
                 eos_token_ids=(eos_id,),
@@ -329,6 +323,61 @@ class Vocabulary:
                 logits_width=logits_width,
             )
 
+    @classmethod
+    def from_gguf(cls, path: PathLike, *, logits_width: int | None = None) -> Vocabulary:
+        """Loads the tokenizer stored in a GGUF model file (llama.cpp's format).
+
+        ``tokenizer.ggml.model`` tells how token strings map to bytes: ``"gpt2"`` (byte-level
+        BPE: SmolLM2, Llama 3, ...) maps each character back to one byte and user-defined
+        tokens are literal text; ``"llama"`` (SentencePiece) turns ``'▁'`` into a space and
+        ``<0xNN>`` into the byte ``NN``. Token types are SentencePiece's: unknown, control and
+        unused tokens are special and keep their text (``b"<|im_end|>"``). EOS is
+        ``tokenizer.ggml.eos_token_id``, plus ``tokenizer.ggml.eot_token_id`` when the file
+        has one (llama.cpp stops at both).
+
+        Args:
+            path: The ``.gguf`` file; only its header is read.
+            logits_width: Width of the model's logits; defaults to the model's
+                ``{architecture}.vocab_size``, else the number of tokens.
+
+        Returns:
+            The vocabulary.
+
+        Raises:
+            VocabularyError: If the file is not GGUF, has no tokenizer, or uses another
+                tokenizer model.
+        """
+        file = read_gguf(path, VocabularyError)
+        with _errors_name(path):
+            meta = file.metadata
+            kind = meta["tokenizer.ggml.model"]
+            if kind == "gpt2":
+                text_bytes, user_defined_bytes = _byte_level_bytes, str.encode
+            elif kind == "llama":
+                text_bytes, user_defined_bytes = _sentencepiece_text, None
+            else:
+                raise VocabularyError(
+                    f"unsupported GGUF tokenizer model {kind!r} (gpt2 and llama are supported)"
+                )
+            pieces = meta["tokenizer.ggml.tokens"]
+            types = meta.get("tokenizer.ggml.token_type", [_SP_NORMAL] * len(pieces))
+            tokens, special = _typed_pieces(
+                zip(pieces, list(types), strict=True), text_bytes, user_defined_bytes
+            )
+            eos = [
+                meta[k]
+                for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id")
+                if k in meta
+            ]
+            if logits_width is None:
+                logits_width = meta.get(f"{meta.get('general.architecture')}.vocab_size")
+            return cls(
+                tokens,
+                eos_token_ids=eos,
+                special_token_ids=special,
+                logits_width=logits_width,
+            )
+
     def __len__(self) -> int:
         """Number of token ids the tokenizer defines (the vocabulary size)."""
         return len(self._tokens)
@@ -446,8 +495,38 @@ def _read_json(path: PathLike) -> Any:
 
 # --------------------------------------------------------------------------- SentencePiece
 
-# SentencePiece.Type enum values; USER_DEFINED (4) pieces are plain text like NORMAL ones.
-_SP_NORMAL, _SP_UNKNOWN, _SP_CONTROL, _SP_UNUSED, _SP_BYTE = 1, 2, 3, 5, 6
+# SentencePiece.Type enum values, which GGUF's token types reuse.
+_SP_NORMAL, _SP_UNKNOWN, _SP_CONTROL, _SP_USER_DEFINED, _SP_UNUSED, _SP_BYTE = 1, 2, 3, 4, 5, 6
+
+
+def _sentencepiece_text(piece: str) -> bytes:
+    return piece.replace(_SPACE_MARK, " ").encode("utf-8")
+
+
+def _typed_pieces(
+    pieces: Iterable[tuple[str, int]],
+    text_bytes: Callable[[str], bytes],
+    user_defined_bytes: Callable[[str], bytes] | None = None,
+) -> tuple[list[bytes], list[int]]:
+    """Token bytes and special ids of ``(piece, SentencePiece type)`` pairs in id order.
+
+    Unknown, control and unused pieces are special and keep their text; a byte piece
+    ``<0xNN>`` is the byte ``NN``; the others go through ``text_bytes``, or through
+    ``user_defined_bytes`` when given for user-defined pieces.
+    """
+    tokens: list[bytes] = []
+    special: list[int] = []
+    for piece, piece_type in pieces:
+        if piece_type in (_SP_UNKNOWN, _SP_CONTROL, _SP_UNUSED):
+            special.append(len(tokens))
+            tokens.append(piece.encode("utf-8"))
+        elif piece_type == _SP_BYTE:
+            tokens.append(_byte_piece(piece))
+        elif piece_type == _SP_USER_DEFINED and user_defined_bytes is not None:
+            tokens.append(user_defined_bytes(piece))
+        else:
+            tokens.append(text_bytes(piece))
+    return tokens, special
 
 
 def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
@@ -570,6 +649,15 @@ def _byte_level_chars() -> dict[str, int]:
     return chars
 
 
+def _byte_level_bytes(piece: str) -> bytes:
+    """Bytes of a GPT-2 byte-level vocabulary string."""
+    try:
+        return bytes(map(_byte_level_chars().__getitem__, piece))
+    except KeyError:
+        # Like the ByteLevel decoder: a string outside the byte alphabet is literal text.
+        return piece.encode("utf-8")
+
+
 def _flatten_steps(spec: Mapping[str, Any] | None, key: str) -> list[Mapping[str, Any]]:
     if spec is None:
         return []
@@ -610,16 +698,7 @@ def _hf_token_decoder(data: Mapping[str, Any], model: Mapping[str, Any]) -> Call
             )
 
     if byte_level:
-        char_bytes = _byte_level_chars()
-
-        def byte_level_bytes(piece: str) -> bytes:
-            try:
-                return bytes(map(char_bytes.__getitem__, piece))
-            except KeyError:
-                # Like the ByteLevel decoder: a string outside the byte alphabet is literal text.
-                return piece.encode("utf-8")
-
-        return byte_level_bytes
+        return _byte_level_bytes
 
     def text_bytes(piece: str) -> bytes:
         if byte_fallback and (match := _BYTE_PIECE.fullmatch(piece)):
