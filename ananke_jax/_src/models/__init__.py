@@ -1,0 +1,1 @@
+"""Reference models for constrained decoding: a Llama-style Flax decoder and its loaders."""
