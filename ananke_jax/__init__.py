@@ -15,6 +15,7 @@ from ananke_jax._src.errors import AnankeError as AnankeError
 from ananke_jax._src.errors import GrammarError as GrammarError
 from ananke_jax._src.errors import SchemaError as SchemaError
 from ananke_jax._src.errors import VocabularyError as VocabularyError
+from ananke_jax._src.errors import WeightsError as WeightsError
 from ananke_jax._src.frontends.gbnf import gbnf_to_ir as gbnf_to_ir
 from ananke_jax._src.frontends.lark_frontend import lark_to_ir as lark_to_ir
 from ananke_jax._src.ir import Grammar as Grammar

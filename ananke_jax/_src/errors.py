@@ -13,6 +13,10 @@ class VocabularyError(AnankeError):
     """A tokenizer file is missing, corrupt, or inconsistent with the logits."""
 
 
+class WeightsError(AnankeError):
+    """A weights file is missing, corrupt, or does not fit the model configuration."""
+
+
 class SchemaError(AnankeError):
     """A JSON Schema is malformed, unsatisfiable, or uses a keyword that cannot be compiled.
 
