@@ -7,6 +7,7 @@ from ananke_jax._src.compile.context_free import compile_grammar as compile_gram
 from ananke_jax._src.compile.context_free import compile_lark as compile_lark
 from ananke_jax._src.compile.regular import compile_choices as compile_choices
 from ananke_jax._src.compile.regular import compile_regex as compile_regex
+from ananke_jax._src.compile.regular import unconstrained as unconstrained
 from ananke_jax._src.compiled import CompiledGrammar as CompiledGrammar
 from ananke_jax._src.compiled import GrammarState as GrammarState
 from ananke_jax._src.compiled_cfg import CFGState as CFGState
@@ -17,6 +18,9 @@ from ananke_jax._src.errors import SchemaError as SchemaError
 from ananke_jax._src.errors import VocabularyError as VocabularyError
 from ananke_jax._src.errors import WeightsError as WeightsError
 from ananke_jax._src.frontends.gbnf import gbnf_to_ir as gbnf_to_ir
+from ananke_jax._src.generate import FINISH_REASONS as FINISH_REASONS
+from ananke_jax._src.generate import GenerationResult as GenerationResult
+from ananke_jax._src.generate import generate as generate
 from ananke_jax._src.frontends.lark_frontend import lark_to_ir as lark_to_ir
 from ananke_jax._src.ir import Grammar as Grammar
 from ananke_jax._src.ir import Rule as Rule

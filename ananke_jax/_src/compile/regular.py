@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from ananke_jax._src.compile.automaton import ByteDFA
 from ananke_jax._src.compile.regex import choices_to_dfa, regex_to_dfa
 from ananke_jax._src.compile.token_table import token_tables
@@ -23,6 +25,13 @@ def compile_regex(pattern: str, vocab: Vocabulary) -> CompiledGrammar:
 def compile_choices(choices: Sequence[str | bytes], vocab: Vocabulary) -> CompiledGrammar:
     """Compile a constraint that the output is exactly one of ``choices``."""
     return compile_dfa(choices_to_dfa(choices), vocab)
+
+
+def unconstrained(vocab: Vocabulary) -> CompiledGrammar:
+    """A constraint that allows every token but the special ones, and EOS at any point: the
+    grammar of unconstrained rows in a bank of regular grammars."""
+    anything = ByteDFA(transitions=np.array([[0] * 256, [1] * 256], np.int32), accepting=np.array([False, True]), start=1)
+    return compile_dfa(anything, vocab)
 
 
 def compile_dfa(dfa: ByteDFA, vocab: Vocabulary) -> CompiledGrammar:
