@@ -31,6 +31,10 @@ from ananke_jax._src.json_schema.api import (
     json_schema_to_grammar as json_schema_to_grammar,
 )
 from ananke_jax._src.json_schema.api import json_schema_to_lark as json_schema_to_lark
+from ananke_jax._src.matcher import Matcher as Matcher
+from ananke_jax._src.matcher import allocate_token_bitmask as allocate_token_bitmask
+from ananke_jax._src.matcher import apply_token_bitmask as apply_token_bitmask
+from ananke_jax._src.matcher import fill_bitmasks as fill_bitmasks
 from ananke_jax._src.runtime.constraint import accepts as accepts
 from ananke_jax._src.runtime.constraint import advance as advance
 from ananke_jax._src.runtime.constraint import init_state as init_state
