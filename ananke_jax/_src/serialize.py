@@ -1,0 +1,47 @@
+"""Compiled constraints on disk: one ``.npz`` file with the tables and their static sizes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+
+from ananke_jax._src.compiled import CompiledGrammar
+from ananke_jax._src.compiled_cfg import CompiledCFG
+
+_KINDS = {"regular": CompiledGrammar, "pushdown": CompiledCFG}
+_FORMAT = 1
+
+
+def save_constraint(constraint: CompiledGrammar | CompiledCFG, path: str | os.PathLike) -> None:
+    """Write ``constraint``'s tables to ``path`` (an ``.npz`` file)."""
+    kind = next((k for k, cls in _KINDS.items() if isinstance(constraint, cls)), None)
+    if kind is None:
+        raise TypeError(f"cannot save a {type(constraint).__name__}: expected a CompiledGrammar or CompiledCFG")
+    arrays, static = {}, {}
+    for field in dataclasses.fields(constraint):
+        value = getattr(constraint, field.name)
+        (static if isinstance(value, int) else arrays)[field.name] = value if isinstance(value, int) else np.asarray(value)
+    header = json.dumps({"format": _FORMAT, "kind": kind, "static": static})
+    with open(path, "wb") as f:
+        np.savez_compressed(f, __header__=np.frombuffer(header.encode(), np.uint8), **arrays)
+
+
+def load_constraint(path: str | os.PathLike) -> CompiledGrammar | CompiledCFG:
+    """Read a constraint written by `save_constraint`.
+
+    Raises:
+      ValueError: the file is not a saved constraint, or of an unknown format version.
+    """
+    try:
+        with np.load(path) as data:
+            header = json.loads(data["__header__"].tobytes())
+            arrays = {name: jnp.asarray(data[name]) for name in data.files if name != "__header__"}
+    except (OSError, KeyError, ValueError) as e:
+        raise ValueError(f"{path}: not a saved ananke_jax constraint ({e})") from e
+    if header.get("format") != _FORMAT or header.get("kind") not in _KINDS:
+        raise ValueError(f"{path}: unknown constraint file format {header.get('format')!r}, kind {header.get('kind')!r}")
+    return _KINDS[header["kind"]](**arrays, **header["static"])
