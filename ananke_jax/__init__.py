@@ -46,6 +46,8 @@ from ananke_jax._src.runtime.masks import unpack_mask as unpack_mask
 from ananke_jax._src.runtime.sampling import SamplingParams as SamplingParams
 from ananke_jax._src.runtime.sampling import sample as sample
 from ananke_jax._src.runtime.step import constrained_step as constrained_step
+from ananke_jax._src.serialize import load_constraint as load_constraint
+from ananke_jax._src.serialize import save_constraint as save_constraint
 from ananke_jax._src.vocab import Vocabulary as Vocabulary
 
 __version__ = "0.1.0"

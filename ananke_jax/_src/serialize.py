@@ -1,4 +1,5 @@
-"""Compiled constraints on disk: one ``.npz`` file with the tables and their static sizes."""
+"""Compiled constraints on disk (one ``.npz`` file with the tables and their static sizes), and
+their pytree types registered with `jax.export`, so exported steps take constraints and states."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import dataclasses
 import json
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ananke_jax._src.compiled import CompiledGrammar
-from ananke_jax._src.compiled_cfg import CompiledCFG
+from ananke_jax._src.compiled import CompiledGrammar, GrammarState
+from ananke_jax._src.compiled_cfg import CFGState, CompiledCFG
 
 _KINDS = {"regular": CompiledGrammar, "pushdown": CompiledCFG}
 _FORMAT = 1
@@ -45,3 +47,14 @@ def load_constraint(path: str | os.PathLike) -> CompiledGrammar | CompiledCFG:
     if header.get("format") != _FORMAT or header.get("kind") not in _KINDS:
         raise ValueError(f"{path}: unknown constraint file format {header.get('format')!r}, kind {header.get('kind')!r}")
     return _KINDS[header["kind"]](**arrays, **header["static"])
+
+
+for _cls in (CompiledGrammar, CompiledCFG):  # their static fields (ints) are the aux data
+    jax.export.register_pytree_node_serialization(
+        _cls,
+        serialized_name=f"ananke_jax.{_cls.__name__}",
+        serialize_auxdata=lambda aux: json.dumps(list(aux)).encode(),
+        deserialize_auxdata=lambda data: tuple(json.loads(data)),
+    )
+for _cls in (GrammarState, CFGState):
+    jax.export.register_namedtuple_serialization(_cls, serialized_name=f"ananke_jax.{_cls.__name__}")
