@@ -55,6 +55,13 @@ def _fed(cg, vocab, tokens, **kwargs):
     return matcher
 
 
+def _string_fed(cg, vocab, text):
+    """A fresh matcher that accepted ``text`` as a string."""
+    matcher = aj.Matcher(cg, vocab)
+    assert matcher.accept_string(text)
+    return matcher
+
+
 def _same_state(a, b):
     return all(np.array_equal(x, y) for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
 
@@ -150,12 +157,6 @@ def test_rollback_is_bounded_by_the_history(sentencepiece_vocab):
     assert np.array_equal(_fill(matcher, vocab), _fill(_string_fed(matcher.constraint, vocab, "ab"), vocab))
 
 
-def _string_fed(cg, vocab, text):
-    matcher = aj.Matcher(cg, vocab)
-    assert matcher.accept_string(text)
-    return matcher
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_accept_string_equals_feeding_the_tokenizers_tokens(kind, real_vocab):
     _, vocab, encode = real_vocab
@@ -173,9 +174,14 @@ def test_accept_string_equals_feeding_the_tokenizers_tokens(kind, real_vocab):
         assert not by_string.accept_string("")
 
 
-def test_accept_string_backtracks_when_the_longest_token_leads_nowhere():
+def _abc():
+    """The regex "abc" over a vocabulary without "c": "ab" is allowed first but leads nowhere."""
     vocab = aj.Vocabulary.from_tokens(["<eos>", "a", "ab", "bc", "x"], eos_token_ids=0, logits_width=40)
-    cg = aj.compile_regex("abc", vocab)
+    return aj.compile_regex("abc", vocab), vocab
+
+
+def test_accept_string_backtracks_when_the_longest_token_leads_nowhere():
+    cg, vocab = _abc()
     matcher = _string_fed(cg, vocab, "abc")  # "ab" first, then "a" "bc"
     assert _same_state(matcher.state, _fed(cg, vocab, [1, 3]).state) and matcher.is_completed()
     assert _same_state(_string_fed(cg, vocab, "ab").state, _fed(cg, vocab, [2]).state)
@@ -183,8 +189,8 @@ def test_accept_string_backtracks_when_the_longest_token_leads_nowhere():
 
 @pytest.mark.parametrize("text", ["abx", "abcab", "c"])
 def test_accept_string_outside_the_language_leaves_the_state_alone(text):
-    vocab = aj.Vocabulary.from_tokens(["<eos>", "a", "ab", "bc", "x"], eos_token_ids=0, logits_width=40)
-    matcher = aj.Matcher(aj.compile_regex("abc", vocab), vocab)
+    cg, vocab = _abc()
+    matcher = aj.Matcher(cg, vocab)
     assert matcher.accept_token(1)
     before = (matcher.state, _fill(matcher, vocab))
     assert not matcher.accept_string(text)
