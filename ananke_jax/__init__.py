@@ -1,5 +1,6 @@
 """ananke_jax: grammars compiled to device tables, and a pure, jit-able constrained decode step."""
 
+from ananke_jax import fusion as fusion
 from ananke_jax._src.bank import pad_grammar as pad_grammar
 from ananke_jax._src.bank import stack_grammars as stack_grammars
 from ananke_jax._src.compile.context_free import compile_gbnf as compile_gbnf
@@ -13,15 +14,17 @@ from ananke_jax._src.compiled import GrammarState as GrammarState
 from ananke_jax._src.compiled_cfg import CFGState as CFGState
 from ananke_jax._src.compiled_cfg import CompiledCFG as CompiledCFG
 from ananke_jax._src.errors import AnankeError as AnankeError
+from ananke_jax._src.errors import FusionError as FusionError
 from ananke_jax._src.errors import GrammarError as GrammarError
 from ananke_jax._src.errors import SchemaError as SchemaError
 from ananke_jax._src.errors import VocabularyError as VocabularyError
 from ananke_jax._src.errors import WeightsError as WeightsError
 from ananke_jax._src.frontends.gbnf import gbnf_to_ir as gbnf_to_ir
+from ananke_jax._src.frontends.lark_frontend import lark_to_ir as lark_to_ir
+from ananke_jax._src.fusion.domains import allowed_tokens as allowed_tokens
 from ananke_jax._src.generate import FINISH_REASONS as FINISH_REASONS
 from ananke_jax._src.generate import GenerationResult as GenerationResult
 from ananke_jax._src.generate import generate as generate
-from ananke_jax._src.frontends.lark_frontend import lark_to_ir as lark_to_ir
 from ananke_jax._src.ir import Grammar as Grammar
 from ananke_jax._src.ir import Rule as Rule
 from ananke_jax._src.ir import TerminalDef as TerminalDef
@@ -39,6 +42,7 @@ from ananke_jax._src.runtime.constraint import accepts as accepts
 from ananke_jax._src.runtime.constraint import advance as advance
 from ananke_jax._src.runtime.constraint import init_state as init_state
 from ananke_jax._src.runtime.constraint import is_error as is_error
+from ananke_jax._src.runtime.constraint import masked_logits as masked_logits
 from ananke_jax._src.runtime.constraint import token_mask as token_mask
 from ananke_jax._src.runtime.masks import apply_mask as apply_mask
 from ananke_jax._src.runtime.masks import is_allowed as is_allowed

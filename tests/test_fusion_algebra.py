@@ -168,7 +168,7 @@ def test_intensity_levels_domain_sets_and_budgets():
 def test_traced_phases_select_the_same_domains_as_static_ones():
     codes = jnp.arange(-1, 5, dtype=jnp.int32)  # -1 and 3, 4: uncertain, so structured output
     for level, adaptive in itertools.product(IntensityLevel, (True, False)):
-        traced = jax.jit(jax.vmap(lambda c: select_active_domains(level, c, adaptive)))(codes)
+        traced = jax.jit(jax.vmap(lambda c, level=level, adaptive=adaptive: select_active_domains(level, c, adaptive)))(codes)
         for i, code in enumerate(codes.tolist()):
             static = select_active_domains(level, code if 0 <= code < 3 else None, adaptive)
             assert tuple(bool(flag[i]) for flag in traced) == static

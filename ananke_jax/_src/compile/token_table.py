@@ -199,7 +199,7 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
     class_of_token[ids] = item_class[spelling]
     class_of_token[list(vocab.eos_token_ids)] = item_class[eos_item]
 
-    mask_rows, row_of_state = _packed_mask_rows(next_state != DEAD, class_of_token)
+    mask_rows, row_of_state = packed_mask_rows(next_state != DEAD, class_of_token)
     return TokenTables(
         mask_rows=mask_rows,
         row_of_state=row_of_state,
@@ -210,7 +210,7 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
     )
 
 
-def _packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Deduplicated packed masks from bool[S, C] allowed classes.
 
     Returns:

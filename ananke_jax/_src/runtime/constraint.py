@@ -1,4 +1,10 @@
-"""The pure run-time functions of a compiled constraint: init, mask, advance, accepts."""
+"""The pure run-time functions of a compiled constraint: init, mask, advance, accepts.
+
+Compiled grammars are plain tables, dispatched here. Composite constraints (`ananke_jax.fusion`:
+fused domains, deferred activation, allow-lists) carry the same four functions as methods
+(``token_mask``, ``advance``, ``accepts``, ``is_error``, and optionally ``masked_logits``), so
+this module never imports them.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import jax.numpy as jnp
 from ananke_jax._src.compiled import CompiledGrammar, GrammarState
 from ananke_jax._src.compiled_cfg import CFGState, CompiledCFG
 from ananke_jax._src.runtime import pushdown
+from ananke_jax._src.runtime.masks import apply_mask
 
 Constraint = CompiledGrammar | CompiledCFG
 State = GrammarState | CFGState
@@ -29,7 +36,9 @@ def token_mask(cg: Constraint, state: State) -> jax.Array:
     """
     if isinstance(cg, CompiledCFG):
         return pushdown.cfg_token_mask(cg, state)
-    return cg.mask_rows[cg.row_of_state[state.node]]
+    if isinstance(cg, CompiledGrammar):
+        return cg.mask_rows[cg.row_of_state[state.node]]
+    return cg.token_mask(state)
 
 
 def advance(cg: Constraint, state: State, token: jax.Array) -> State:
@@ -37,6 +46,8 @@ def advance(cg: Constraint, state: State, token: jax.Array) -> State:
     ``[0, logits_width)``, leads to the error state, which is absorbing."""
     if isinstance(cg, CompiledCFG):
         return pushdown.cfg_advance(cg, state, token)
+    if not isinstance(cg, CompiledGrammar):
+        return cg.advance(state, token)
     token = jnp.asarray(token, jnp.int32)
     in_range = (token >= 0) & (token < cg.logits_width)
     token_class = cg.class_of_token[jnp.clip(token, 0, cg.logits_width - 1)]
@@ -48,11 +59,24 @@ def accepts(cg: Constraint, state: State) -> jax.Array:
     """bool[]: the output so far is complete, so EOS is allowed now."""
     if isinstance(cg, CompiledCFG):
         return pushdown.cfg_accepts(cg, state)
-    return cg.accepting[state.node]
+    if isinstance(cg, CompiledGrammar):
+        return cg.accepting[state.node]
+    return cg.accepts(state)
 
 
 def is_error(cg: Constraint, state: State) -> jax.Array:
     """bool[]: a forbidden token was taken; nothing is allowed any more."""
     if isinstance(cg, CompiledCFG):
         return pushdown.cfg_is_error(cg, state)
-    return state.node == DEAD
+    if isinstance(cg, CompiledGrammar):
+        return state.node == DEAD
+    return cg.is_error(state)
+
+
+def masked_logits(cg: Constraint, state: State, logits: jax.Array) -> jax.Array:
+    """float[V] logits with the forbidden tokens at -inf; a constraint with soft domains (a fused
+    one) also adds its logit adjustment, once, before masking."""
+    method = getattr(cg, "masked_logits", None)
+    if method is not None:
+        return method(state, logits)
+    return apply_mask(logits, token_mask(cg, state))

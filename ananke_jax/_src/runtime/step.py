@@ -5,8 +5,7 @@ from __future__ import annotations
 import jax
 
 from ananke_jax._src.compiled import CompiledGrammar
-from ananke_jax._src.runtime.constraint import GrammarState, advance, token_mask
-from ananke_jax._src.runtime.masks import apply_mask
+from ananke_jax._src.runtime.constraint import GrammarState, advance, masked_logits
 from ananke_jax._src.runtime.sampling import SamplingParams, sample
 
 
@@ -36,14 +35,15 @@ def constrained_step(
     *,
     history: jax.Array | None = None,
 ) -> tuple[jax.Array, GrammarState]:
-    """Sample one token that the grammar allows and advance the state.
+    """Sample one token that the constraint allows and advance the state.
 
     EOS is allowed exactly when the output is complete. Pure and shape-static: use it under
     `jit` (``params`` static), `vmap` (batch of states, shared or stacked tables) and `lax.scan`.
 
     Args:
-      cg: the compiled grammar.
-      state: the current `GrammarState`.
+      cg: the compiled grammar, or a composite constraint of `ananke_jax.fusion` (a fused
+        constraint, whose soft adjustment is added to the logits once, or a deferred one).
+      state: the current state (`GrammarState`, `CFGState`, or the composite's state).
       logits: float[V] with ``vocab_size <= V <= 32 * ceil(logits_width / 32)``.
       key: PRNG key.
       params: static `SamplingParams`.
@@ -54,6 +54,6 @@ def constrained_step(
       token is the first EOS id and the state stays in error.
     """
     check_logits(cg, logits)
-    masked = apply_mask(logits, token_mask(cg, state))
+    masked = masked_logits(cg, state, logits)
     token = sample(masked, key, params, fallback_token=cg.fallback_token, history=history)
     return token, advance(cg, state, token)
