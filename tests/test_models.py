@@ -383,3 +383,32 @@ def test_smollm2_chat_prompt_round_trip(smollm2):
     ids = smollm2.tokenizer.encode(prompt).ids
     assert ids.count(1) == 3 and ids.count(2) == 2  # <|im_start|> and <|im_end|> are single tokens
     assert b"".join(smollm2.vocab.tokens[i] for i in ids) == prompt.encode()
+
+
+def test_smollm2_constrained_greedy_is_minimally_invasive(smollm2):
+    """Prompts whose unconstrained greedy reply is already in the language: the constrained reply
+    is the same tokens, and the model is never overruled (DOMINO's bar)."""
+    import ananke_jax as aj
+
+    m = smollm2
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name", "age"]}
+    cases = [
+        ('Give a JSON object with keys "name" and "age" for a 30-year-old named Alice. Reply with JSON only.', aj.compile_json_schema(schema, m.vocab)),
+        ("Is Paris in France? Answer with one word: Yes or No.", aj.compile_regex(r"[A-Z][a-z ]*\.", m.vocab)),
+    ]
+    ids = [m.tokenizer.encode(chat_prompt(prompt)).ids for prompt, _ in cases]
+    width = max(map(len, ids))
+    prompts = np.array([row + [0] * (width - len(row)) for row in ids])
+    options = {
+        "cache": init_cache(m.config, len(ids), width + 40), "max_new_tokens": 40, "eos_token_ids": m.vocab.eos_token_ids,
+        "key": jax.random.key(0), "prompt_lengths": [len(row) for row in ids], "sampling": aj.SamplingParams(temperature=0.0),
+    }  # fmt: skip
+    free = aj.generate(m.step, m.params, prompts, None, **options)
+    bank = aj.stack_grammars([cg for _, cg in cases])
+    constrained = aj.generate(m.step, m.params, prompts, bank, grammar_index=[0, 1], **options)
+    assert free.finish_names() == ["eos", "eos"], "the unconstrained replies end by themselves"
+    np.testing.assert_array_equal(np.asarray(constrained.tokens), np.asarray(free.tokens))
+    assert set(constrained.finish_names()) <= {"eos", "grammar_complete"}
+    assert np.asarray(constrained.interventions).tolist() == [0, 0]
+    reply = b"".join(m.vocab.tokens[t] for t in np.asarray(constrained.tokens[0, : constrained.lengths[0]])).decode()
+    assert json.loads(reply) == {"name": "Alice", "age": 30}
