@@ -1,9 +1,13 @@
-"""Brute-force references of the fusion tests: trigger searches with `bytes.find`, phases by
-scanning every prefix, and the deferred-activation mask token by token."""
+"""Brute-force references of the fusion tests (trigger searches with `bytes.find`, phases by
+scanning every prefix, the deferred-activation mask token by token) and a scripted generator."""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+import ananke_jax as aj
 
 
 def brute_phases(data: bytes, triggers: dict, initial: int) -> list[int]:
@@ -57,3 +61,31 @@ class DeferredOracle:
         grammar refuses."""
         end = first_end(data, self.triggers)
         return end is not None and not self.viable(data[end:])
+
+
+def scripted_generation(constraint, script, vocab, keys, *, steps: int, eos_bonus: float):
+    """Random-logit generation under ``constraint`` in a jitted, vmapped `lax.scan`, one row per
+    key: the script's token ids get +60 while it lasts (so the text visits the phases), EOS gets
+    ``eos_bonus`` throughout.
+
+    Returns:
+      ``(final states, done bool[B]), tokens int32[B, steps]`` (-1 after EOS).
+    """
+    eos = vocab.eos_token_ids[0]
+    script = jnp.asarray(script, jnp.int32)
+    params = aj.SamplingParams(temperature=1.0)
+
+    def generate(constraint, key):
+        base = jax.random.normal(key, (vocab.logits_width,)).at[eos].add(eos_bonus)
+
+        def body(carry, t):
+            state, done = carry
+            boost = jnp.zeros(vocab.logits_width).at[script[jnp.minimum(t, len(script) - 1)]].set(60.0)
+            logits = base + jnp.where(t < len(script), boost, 0.0)
+            token, new = aj.constrained_step(constraint, state, logits, jax.random.fold_in(key, t), params)
+            new = jax.tree_util.tree_map(lambda a, b: jnp.where(done, a, b), state, new)
+            return (new, done | (token == eos)), jnp.where(done, -1, token)
+
+        return jax.lax.scan(body, (constraint.init_state(), jnp.bool_(False)), jnp.arange(steps))
+
+    return jax.jit(jax.vmap(generate, in_axes=(None, 0)))(constraint, keys)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from fusion_oracles import DeferredOracle, brute_phases
+from fusion_oracles import DeferredOracle, brute_phases, scripted_generation
 from oracles import ReferenceMasks, unpack
 
 import ananke_jax as aj
@@ -126,30 +126,11 @@ def test_fused_masks_and_logits_match_a_brute_force_fusion(real_vocab):
     assert levels_seen >= {0, 1} and phases_seen == {0, 1}
 
 
-def _generate(fc, script, vocab, key, steps, params):
-    """Random-logit generation with a fused constraint in a jitted scan; a script of tokens is
-    boosted first (free reasoning, the trigger, the start of the JSON)."""
-    eos = vocab.eos_token_ids[0]
-    script = jnp.asarray(script, jnp.int32)
-    base = jax.random.normal(key, (vocab.logits_width,)).at[eos].add(8.0)
-
-    def body(carry, t):
-        state, done = carry
-        boost = jnp.zeros(vocab.logits_width).at[script[jnp.minimum(t, len(script) - 1)]].set(60.0)
-        logits = base + jnp.where(t < len(script), boost, 0.0)
-        token, new = aj.constrained_step(fc, state, logits, jax.random.fold_in(key, t), params)
-        new = jax.tree_util.tree_map(lambda a, b: jnp.where(done, a, b), state, new)
-        return (new, done | (token == eos)), jnp.where(done, -1, token)
-
-    return jax.lax.scan(body, (fc.init_state(), jnp.bool_(False)), jnp.arange(steps))
-
-
 def test_fused_generation_under_jit_vmap_and_scan_gives_valid_outputs(real_vocab):
     _, vocab, encode = real_vocab
     fc, _ = _case(vocab)
-    params = aj.SamplingParams(temperature=1.0)
-    run = jax.jit(jax.vmap(_generate, in_axes=(None, None, None, 0, None, None)), static_argnums=(1, 2, 4, 5))
-    (states, done), tokens = run(fc, tuple(encode(SCRIPT)), vocab, jax.random.split(jax.random.key(0), 6), 40, params)
+    keys = jax.random.split(jax.random.key(0), 6)
+    (states, done), tokens = scripted_generation(fc, encode(SCRIPT), vocab, keys, steps=40, eos_bonus=8.0)
     finished = 0
     for row, is_done in zip(np.asarray(tokens), np.asarray(done)):
         ids = [int(t) for t in row if t >= 0]

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from cfg_grammars import JSON, JSON_EXAMPLES
 from earley import SharedEarley
-from fusion_oracles import DeferredOracle, brute_phases, first_end
+from fusion_oracles import DeferredOracle, brute_phases, first_end, scripted_generation
 from oracles import ReferenceMasks, random_member, unpack
 
 import ananke_jax as aj
 from ananke_jax._src.compile.cfg import compile_ir
 from ananke_jax._src.compile.regex import regex_to_dfa
-from ananke_jax._src.fusion.triggers import aho_corasick
+from ananke_jax._src.fusion.triggers import aho_corasick, spell
 from ananke_jax.fusion import FusionError, GenerationPhase, deferred, phase_tracker
 
 R, S, T = GenerationPhase.REASONING, GenerationPhase.STRUCTURED_OUTPUT, GenerationPhase.TRANSITION
@@ -231,24 +231,10 @@ def test_deferred_generation_under_jit_vmap_and_scan(real_vocab):
     _, vocab, encode = real_vocab
     pattern = DEFERRED_REGEXES[1]
     dc, dfa, _ = _regex_case(pattern, vocab, ("</think>", "\nAnswer:"))
-    script = jnp.asarray(encode("Let me see <b> and </thin k>. So</think>"), jnp.int32)
-    params = aj.SamplingParams(temperature=1.0)
+    script = encode("Let me see <b> and </thin k>. So</think>")
+    keys = jax.random.split(jax.random.key(5), 8)
+    (states, done), tokens = scripted_generation(dc, script, vocab, keys, steps=48, eos_bonus=4.0)
     eos = vocab.eos_token_ids[0]
-
-    def generate(key, steps=48):
-        base = jax.random.normal(key, (vocab.logits_width,)).at[eos].add(4.0)
-
-        def body(carry, t):
-            state, done = carry
-            scripted = jnp.zeros(vocab.logits_width).at[script[jnp.minimum(t, len(script) - 1)]].set(50.0)
-            logits = base + jnp.where(t < len(script), scripted, 0.0)
-            token, new = aj.constrained_step(dc, state, logits, jax.random.fold_in(key, t), params)
-            new = jax.tree_util.tree_map(lambda a, b: jnp.where(done, a, b), state, new)
-            return (new, done | (token == eos)), jnp.where(done, -1, token)
-
-        return jax.lax.scan(body, (dc.init_state(), jnp.bool_(False)), jnp.arange(steps))
-
-    (states, done), tokens = jax.jit(jax.vmap(generate))(jax.random.split(jax.random.key(5), 8))
     for row, finished in zip(np.asarray(tokens), np.asarray(done)):
         ids = [int(t) for t in row if t >= 0]
         data = b"".join(vocab.token_bytes(t) for t in ids if t != eos)
@@ -260,3 +246,13 @@ def test_deferred_generation_under_jit_vmap_and_scan(real_vocab):
             assert dfa.walk(dfa.start, answer) != 0, data
     assert np.asarray(done).sum() >= 4
     assert not np.asarray(jax.vmap(lambda s: aj.is_error(dc, s))(states)).any()
+
+
+def test_tails_are_spelled_by_the_fewest_ordinary_tokens():
+    tokens = [b"<eos>", b"ab", b"abc", b"cd", b"a", b"b", b"<special>"]
+    vocab = aj.Vocabulary.from_tokens(tokens, eos_token_ids=[0], special_token_ids=[6])
+    assert [tokens[i] for i in spell(b"abcd", vocab)] == [b"ab", b"cd"]  # longest-first would be stuck after "abc"
+    assert [tokens[i] for i in spell(b"abab", vocab)] == [b"ab", b"ab"] and spell(b"", vocab) == []
+    for data in (b"x", b"<special>"):
+        with pytest.raises(FusionError, match="no sequence of ordinary tokens"):
+            spell(data, vocab)

@@ -21,8 +21,8 @@ from ananke_jax._src.compile.automaton import DEAD
 from ananke_jax._src.compiled import CompiledGrammar, GrammarState, from_numpy
 from ananke_jax._src.errors import FusionError
 from ananke_jax._src.fusion.triggers import (
-    greedy_tokens,
     matcher_tables,
+    spell,
     trigger_bytes,
     walk_to_trigger,
 )
@@ -166,7 +166,7 @@ def deferred(grammar, triggers: Sequence[str | bytes] | str | bytes, vocab: Voca
             f"not for this vocabulary ({len(vocab)}, {vocab.logits_width})"
         )
     walk = walk_to_trigger(trigger_bytes(triggers), vocab)
-    tail_states, tail_ok = _after_tails(grammar, [greedy_tokens(tail, vocab) for tail in walk.tails])
+    tail_states, tail_ok = _after_tails(grammar, [spell(tail, vocab) for tail in walk.tails])
     matcher = from_numpy(
         matcher_tables(walk, tail_ok, vocab),
         vocab_size=len(vocab),

@@ -25,6 +25,7 @@ from ananke_jax._src.fusion.config import (
     Domain,
     DomainSet,
     FusionConfig,
+    select_active_domains,
 )
 from ananke_jax._src.fusion.domains import SoftDomain, allowed_tokens
 from ananke_jax._src.fusion.phases import PhaseTracker, phase_tracker
@@ -112,23 +113,25 @@ class FusedConstraint:
             universe=self.universe,
         )
 
-    def relaxation(self, state: FusedState, active: DomainSet | None = None) -> Relaxation:
+    def active_domains(self, state: FusedState) -> DomainSet:
+        """The domains consulted at this position (flags traced when the phase is tracked)."""
+        return select_active_domains(self.config.intensity, self.phase(state), self.config.adaptive_switching)
+
+    def relaxation(self, state: FusedState) -> Relaxation:
         """The relaxation cascade over the active hard domains at this position."""
-        active = self.result(state).active_domains if active is None else active
-        return relax(self._opinions(state, HARD_DOMAINS), active, universe=self.universe)
+        return relax(self._opinions(state, HARD_DOMAINS), self.active_domains(state), universe=self.universe)
 
     def token_mask(self, state: FusedState) -> jax.Array:
         """uint32[W]: the relaxed intersection of the active hard domains."""
         return self.relaxation(state).feasible_mask
 
     def masked_logits(self, state: FusedState, logits: jax.Array) -> jax.Array:
-        """float[L]: ``logits`` plus the soft adjustment, then the relaxed mask (-inf)."""
-        fused = self.result(state)
-        adjustment = fused.logit_adjustment
+        """float[L]: ``logits`` (float[L], L up to ``32 * mask_words``) plus the soft adjustment,
+        then -inf outside the relaxed mask."""
+        adjustment = self.result(state).logit_adjustment
         width = logits.shape[-1]
         adjustment = adjustment[:width] if width <= self.logits_width else jnp.pad(adjustment, (0, width - self.logits_width))
-        mask = self.relaxation(state, fused.active_domains).feasible_mask
-        return apply_mask(logits + adjustment.astype(logits.dtype), mask)
+        return apply_mask(logits + adjustment.astype(logits.dtype), self.token_mask(state))
 
     def advance(self, state: FusedState, token: jax.Array) -> FusedState:
         """Advance every domain and the phase; record the relaxation the token was drawn under."""

@@ -196,19 +196,21 @@ def _token_index(vocab: Vocabulary) -> tuple[dict[bytes, int], int]:
     return index, max(map(len, index))
 
 
-def greedy_tokens(data: bytes, vocab: Vocabulary) -> list[int]:
-    """Ordinary tokens spelling ``data``, longest match first.
+def spell(data: bytes, vocab: Vocabulary) -> list[int]:
+    """The fewest ordinary tokens whose bytes concatenate to ``data`` (dynamic programming over
+    byte positions, so a spelling is found whenever one exists).
 
     Raises:
-      FusionError: a byte that no ordinary token starts with (both Mistral vocabularies have all
-        256 single-byte tokens).
+      FusionError: no sequence of ordinary tokens spells ``data`` (both Mistral vocabularies have
+        all 256 single-byte tokens, so it never happens with them).
     """
     index, longest = _token_index(vocab)
-    out, pos = [], 0
-    while pos < len(data):
-        size = next((n for n in range(min(longest, len(data) - pos), 0, -1) if data[pos : pos + n] in index), 0)
-        if not size:
-            raise FusionError(f"no ordinary token spells byte {data[pos:pos + 1]!r}: the vocabulary cannot express {data!r}")
-        out.append(index[data[pos : pos + size]])
-        pos += size
-    return out
+    best: list[list[int] | None] = [[]] + [None] * len(data)
+    for end in range(1, len(data) + 1):
+        for start in range(max(0, end - longest), end):
+            piece = data[start:end]
+            if best[start] is not None and piece in index and (best[end] is None or len(best[start]) + 1 < len(best[end])):
+                best[end] = best[start] + [index[piece]]
+    if best[-1] is None:
+        raise FusionError(f"no sequence of ordinary tokens spells {data!r}, which follows a trigger in some token")
+    return best[-1]
