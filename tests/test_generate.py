@@ -1,6 +1,7 @@
 """`generate` with the tiny Llama: outputs checked by independent parsers, against a per-token
 host loop, under batching, mixed banks and bad input."""
 
+import dataclasses
 import json
 import re
 
@@ -197,3 +198,16 @@ def test_bad_input_is_refused_clearly():
 
 def test_finish_reason_names():
     assert aj.FINISH_REASONS[0] == "running" and len(set(aj.FINISH_REASONS)) == len(aj.FINISH_REASONS)
+
+
+def test_a_row_whose_mask_is_empty_ends_with_constraint_error_alone():
+    """A grammar started in its dead state allows nothing: its rows end at once with
+    constraint_error and no token; the other rows of the bank are as when run alone."""
+    good = aj.compile_regex(r"[a-z]{2,8}", VOCAB)
+    dead = dataclasses.replace(good, start_state=jnp.int32(0))
+    index = np.array([0, 1, 0, 1])
+    result = _generate(aj.stack_grammars([good, dead]), grammar_index=index, new=12)
+    alone = _generate(good, new=12)
+    assert result.finish_names()[1::2] == ["constraint_error"] * 2
+    assert np.asarray(result.lengths)[1::2].tolist() == [0, 0] and (np.asarray(result.tokens)[1::2] == -1).all()
+    np.testing.assert_array_equal(np.asarray(result.tokens)[::2], np.asarray(alone.tokens)[::2])
