@@ -257,8 +257,9 @@ def relax(
     """The relaxation cascade: the active hard masks intersected; if that is empty, without
     Imports; if still empty, Syntax alone, whose emptiness flags a parser bug.
 
-    All three intersections are computed and one is selected with `jnp.where`: no Python branch
-    on traced values. Domains that are inactive or absent count as all ones at every level.
+    The three intersections are built one from another (Syntax, then Types, then Imports) and
+    the first non-empty one of the cascade is selected by index (`jnp.where`, `take_along_axis`):
+    no Python branch on traced values. Inactive or absent domains count as all ones throughout.
 
     Args:
       hard_masks: hard domain -> packed uint32[..., W] mask.
@@ -269,12 +270,10 @@ def relax(
       A `Relaxation`.
     """
     masks, base = _hard_masks(hard_masks, universe)
-    levels = [
-        _meet(masks, base, HARD_DOMAINS, active),
-        _meet(masks, base, (Domain.SYNTAX, Domain.TYPES), active),
-        _meet(masks, base, (Domain.SYNTAX,), active),
-    ]
-    empty = [is_empty(m) for m in levels]
-    level = jnp.where(~empty[0], 0, jnp.where(~empty[1], 1, jnp.where(~empty[2], 2, 3))).astype(jnp.int32)
-    chosen = jnp.where(level[..., None] == 0, levels[0], jnp.where(level[..., None] == 1, levels[1], levels[2]))
-    return Relaxation(chosen, level)
+    syntax = _meet(masks, base, (Domain.SYNTAX,), active)
+    without_imports = _meet(masks, syntax, (Domain.TYPES,), active)
+    levels = jnp.stack([_meet(masks, without_imports, (Domain.IMPORTS,), active), without_imports, syntax], axis=-2)
+    nonempty = ~is_empty(levels)  # bool[..., 3]
+    level = jnp.where(nonempty.any(axis=-1), jnp.argmax(nonempty, axis=-1), RelaxationLevel.PARSER_BUG)
+    chosen = jnp.take_along_axis(levels, jnp.minimum(level, 2)[..., None, None], axis=-2)[..., 0, :]
+    return Relaxation(chosen, level.astype(jnp.int32))
