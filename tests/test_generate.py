@@ -55,13 +55,22 @@ def _texts(result: GenerationResult) -> list[str]:
     return [b"".join(VOCAB.token_bytes(t) for t in row[:n]).decode() for row, n in zip(np.asarray(result.tokens), np.asarray(result.lengths))]
 
 
+@jax.jit
+def _last_logits(tokens, length):
+    """Logits after ``tokens[:length]`` from a fresh full forward pass (int32[L] padded on the
+    right: causal attention keeps the padding out)."""
+    cache = init_cache(CONFIG, 1, tokens.shape[0])
+    logits, _ = STEP(PARAMS, cache, tokens[None], jnp.arange(tokens.shape[0])[None])
+    return logits[0, length - 1]
+
+
 def _host_loop(constraint, prompt, length, new, key, params, row):
     """The reference: one row, the model run on the whole sequence each step, no cache reuse."""
     tokens, state, eos = list(prompt[:length]), constraint.init_state(), VOCAB.eos_token_ids
+    width = len(prompt) + new
     out = []
     for step in range(new):
-        cache = init_cache(CONFIG, 1, len(tokens))
-        logits, _ = STEP(PARAMS, cache, jnp.asarray([tokens]), jnp.arange(len(tokens))[None])
+        logits = _last_logits(jnp.asarray(tokens + [0] * (width - len(tokens)), jnp.int32), len(tokens))
         mask = aj.token_mask(constraint, state)
         if not bool(mask.any()):
             return out, "constraint_error"
@@ -70,7 +79,7 @@ def _host_loop(constraint, prompt, length, new, key, params, row):
         if not others.any() and bool(aj.accepts(constraint, state)):
             return out, "grammar_complete"
         keys = jax.random.split(jax.random.fold_in(key, step), 4)
-        token = int(aj.sample(aj.apply_mask(logits[0, -1], mask), keys[row], params, fallback_token=eos[0]))
+        token = int(aj.sample(aj.apply_mask(logits, mask), keys[row], params, fallback_token=eos[0]))
         if token in eos:
             return out, "eos"
         state = aj.advance(constraint, state, token)
