@@ -220,3 +220,18 @@ def test_a_row_whose_mask_is_empty_ends_with_constraint_error_alone():
     assert result.finish_names()[1::2] == ["constraint_error"] * 2
     assert np.asarray(result.lengths)[1::2].tolist() == [0, 0] and (np.asarray(result.tokens)[1::2] == -1).all()
     np.testing.assert_array_equal(np.asarray(result.tokens)[::2], np.asarray(alone.tokens)[::2])
+
+
+def test_fused_constraint_applies_its_hard_and_soft_domains():
+    """A fused constraint in the loop: the hard domain holds in every row, and a soft domain that
+    favours digits makes them win where the hard domain leaves a choice."""
+    syntax = aj.compile_regex(r"[a-z0-9]{4}", VOCAB)
+    digits = aj.compile_regex(r"[0-9]{4}", VOCAB)
+    plain = aj.fusion.fused(VOCAB, syntax=syntax)
+    nudged = aj.fusion.fused(VOCAB, syntax=syntax, semantics=aj.fusion.soft_grammar(digits, inside=1.0, outside=-1.0),
+                             config=aj.fusion.FusionConfig(intensity=aj.fusion.IntensityLevel.FULL, semantics_weight=50.0))  # fmt: skip
+    free = _texts(_generate(plain, batch=6, new=8))
+    pushed = _texts(_generate(nudged, batch=6, new=8))
+    assert free == _texts(_generate(syntax, batch=6, new=8)), "a fusion of one hard domain is that domain"
+    assert all(re.fullmatch(r"[a-z0-9]{4}", t) for t in free + pushed)
+    assert all(re.fullmatch(r"[0-9]{4}", t) for t in pushed) and not all(re.fullmatch(r"[0-9]{4}", t) for t in free)

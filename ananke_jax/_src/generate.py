@@ -20,8 +20,13 @@ import numpy as np
 
 from ananke_jax._src.compiled import CompiledGrammar
 from ananke_jax._src.compiled_cfg import CompiledCFG
-from ananke_jax._src.runtime.constraint import accepts, advance, token_mask
-from ananke_jax._src.runtime.masks import apply_mask, is_allowed
+from ananke_jax._src.runtime.constraint import (
+    accepts,
+    advance,
+    masked_logits,
+    token_mask,
+)
+from ananke_jax._src.runtime.masks import is_allowed
 from ananke_jax._src.runtime.sampling import SamplingParams, sample
 
 FINISH_REASONS = ("running", "eos", "grammar_complete", "length", "constraint_error")
@@ -81,7 +86,8 @@ def generate(
       step_fn: the model, ``(params, cache, tokens, positions) -> (logits, cache)``.
       params: the model's parameters.
       prompt_tokens: int[B, P] prompts, right-padded.
-      constraint: one compiled constraint shared by all rows, a bank of regular grammars
+      constraint: one constraint shared by all rows (compiled grammar or fused constraint, whose
+        soft scores are added to the logits), a bank of regular grammars
         (`stack_grammars`) indexed by ``grammar_index``, or None (unconstrained). Mix
         unconstrained rows into a bank with `unconstrained`.
       cache: the model's empty cache for B rows, at least ``P + max_new_tokens`` long.
@@ -151,7 +157,7 @@ def _generate(step_fn, params, prompt, lengths, constraint, cache, key, sampling
             masked, allowed_argmax, only_eos, empty = logits, jnp.bool_(True), jnp.bool_(False), jnp.bool_(False)
         else:
             mask = token_mask(cg, state)
-            masked = apply_mask(logits, mask)
+            masked = masked_logits(cg, state, logits)  # a fused constraint adds its soft scores
             allowed_argmax = is_allowed(mask, jnp.argmax(logits))
             eos_bits = jnp.zeros_like(mask).at[eos >> 5].add(jnp.left_shift(jnp.uint32(1), (eos & 31).astype(jnp.uint32)))
             empty = ~mask.any()
