@@ -183,6 +183,35 @@ def test_pushdown_constraint_outputs_parse():
             json.loads(text)  # every sentence of the grammar is a JSON array
 
 
+def test_a_bank_of_context_free_grammars_with_free_rows():
+    """Rows of a pushdown bank (grammars of different sizes and stack depths; index -1: no
+    constraint) produce the tokens their own grammar (or no constraint) produces alone; finished
+    rows parse."""
+    jsonschema = pytest.importorskip("jsonschema")
+    tree = {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#"}}}, "required": ["v"]}
+    nested = 'root ::= "[" (item ("," item)*)? "]"\nitem ::= [0-9]+ | root'
+    grammars = [
+        aj.compile_gbnf(nested, VOCAB, stack_depth=16),
+        aj.compile_json_schema(tree, VOCAB, whitespace="compact"),
+        aj.compile_json_schema(SCHEMA, VOCAB, whitespace="compact", engine="pushdown"),
+    ]
+    index = np.array([0, 1, 2, -1, 1, 2])
+    result = _generate(aj.stack_grammars(grammars), batch=6, new=40, grammar_index=index)
+    for g, constraint in enumerate([*grammars, None]):
+        rows = np.flatnonzero(index == (g if g < 3 else -1))
+        alone = _generate(constraint, batch=6, new=40)
+        np.testing.assert_array_equal(np.asarray(alone.tokens)[rows], np.asarray(result.tokens)[rows])
+        assert [alone.finish_names()[r] for r in rows] == [result.finish_names()[r] for r in rows]
+    finished = 0
+    for g, text, reason in zip(index, _texts(result), result.finish_names()):
+        if g >= 0 and reason != "length":
+            finished += 1
+            value = json.loads(text)  # each grammar's sentences are JSON
+            if g > 0:
+                jsonschema.validate(value, [tree, SCHEMA][g - 1])
+    assert finished, "some constrained rows finish within the budget"
+
+
 def test_interventions_count_masked_argmaxes():
     free = _generate(None, sampling=aj.SamplingParams(temperature=0.0))
     assert np.asarray(free.interventions).tolist() == [0] * 4
@@ -198,6 +227,8 @@ def test_bad_input_is_refused_clearly():
         aj.generate(STEP, PARAMS, prompt, constraint, cache=init_cache(CONFIG, 2, 10), **base)
     with pytest.raises(ValueError, match="grammar bank needs grammar_index"):
         aj.generate(STEP, PARAMS, prompt, aj.stack_grammars([constraint]), cache=init_cache(CONFIG, 2, 20), **base)
+    with pytest.raises(ValueError, match=r"grammar_index must be 2 ints in \[-1, 1\)"):
+        aj.generate(STEP, PARAMS, prompt, aj.stack_grammars([constraint]), cache=init_cache(CONFIG, 2, 20), grammar_index=[0, 1], **base)
     with pytest.raises(ValueError, match="prompt_lengths"):
         aj.generate(STEP, PARAMS, prompt, constraint, cache=init_cache(CONFIG, 2, 20), prompt_lengths=[0, 3], **base)
     other = aj.compile_regex(r"[a-z]+", aj.Vocabulary.from_tokens(TOKENS + [b"zz"], eos_token_ids=[0]))

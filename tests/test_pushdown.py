@@ -13,7 +13,9 @@ from earley import EarleyRecogniser, SharedEarley
 from oracles import unpack
 
 import ananke_jax as aj
+from ananke_jax._src.bank import _trie_parents
 from ananke_jax._src.compile.cfg import compile_ir
+from ananke_jax._src.compile.outcome_trie import chunk_layout
 from ananke_jax._src.ir import grammar
 
 _mask = jax.jit(aj.token_mask)
@@ -232,3 +234,54 @@ def test_one_token_may_push_up_to_the_stack_depth(g, pieces, opener):
     assert not bool(aj.is_allowed(_mask(tight, tight.init_state()), deep)) and bool(tight.init_state().overflow)
     checked, overflowed = random_walk_check(roomy, SharedEarley(g), vocab, np.random.default_rng(1), walks=20, steps=8, prefixes=[[deep]] * 10)
     assert checked >= 40 and overflowed >= 1, (checked, overflowed)
+
+
+TREE_SCHEMA = {
+    "$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"]}},
+    "$ref": "#/$defs/node",
+}
+
+
+def test_a_bank_of_pushdown_grammars_runs_each_row_as_alone(sentencepiece_vocab):
+    """Grammars of different sizes and bounds (a stack depth of 64 and 128, one schema compiled to
+    the pushdown engine on request) padded into one bank: under vmap, every row's mask and
+    acceptance equal its own grammar's along random walks, and its trie chunks, laid out again
+    from the recovered node counts, equal the compiler's."""
+    vocab = sentencepiece_vocab
+    grammars = [
+        aj.compile_grammar(JSON, vocab),
+        aj.compile_grammar(ARITHMETIC, vocab),
+        aj.compile_json_schema(TREE_SCHEMA, vocab),
+        aj.compile_json_schema({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}, vocab, engine="pushdown"),
+    ]
+    assert all(isinstance(g, aj.CompiledCFG) for g in grammars) and {g.stack_depth for g in grammars} == {64, 128}
+    for g in grammars:
+        start, count = chunk_layout(_trie_parents(g), g.lanes)
+        np.testing.assert_array_equal(start, np.asarray(g.chunk_start)[:, : start.shape[1]])
+        np.testing.assert_array_equal(count, g.num_chunks)
+    bank = aj.stack_grammars(grammars)
+    assert bank.stack_depth == 128 and bank.lanes == max(g.lanes for g in grammars)
+    masks, accepts = jax.jit(jax.vmap(aj.token_mask)), jax.jit(jax.vmap(aj.accepts))
+    advance = jax.jit(jax.vmap(aj.advance))
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        banked, alone = jax.vmap(type(bank).init_state)(bank), [g.init_state() for g in grammars]
+        for _ in range(24):
+            got, complete = np.asarray(masks(bank, banked)), np.asarray(accepts(bank, banked))
+            tokens = []
+            for i, g in enumerate(grammars):
+                expected = np.asarray(_mask(g, alone[i]))
+                np.testing.assert_array_equal(got[i], expected)
+                assert complete[i] == bool(_accepts(g, alone[i]))
+                allowed = np.flatnonzero(unpack(expected)[: g.logits_width])
+                tokens.append(int(rng.choice(allowed)) if allowed.size else 0)
+                alone[i] = _advance(g, alone[i], tokens[-1])
+            banked = advance(bank, banked, jnp.asarray(tokens, jnp.int32))
+
+
+def test_a_bank_refuses_grammars_of_both_engines(sentencepiece_vocab):
+    regular = aj.compile_regex(r"[0-9]+", sentencepiece_vocab)
+    with pytest.raises(ValueError, match="one engine.*engine='pushdown'"):
+        aj.stack_grammars([regular, aj.compile_grammar(ARITHMETIC, sentencepiece_vocab)])
+    with pytest.raises(aj.SchemaError, match="engine must be"):
+        aj.compile_json_schema({"type": "integer"}, sentencepiece_vocab, engine="dfa")

@@ -1,17 +1,23 @@
 """Padding compiled grammars to common shapes and stacking them into a bank for `jax.vmap`.
 
-Padding adds unreachable states, unused classes and empty mask rows, so a padded grammar allows
-exactly what the original does; grammars of equal padded shapes share every compiled step.
+Padding adds unreachable states, unused classes, empty mask rows and (for the pushdown engine)
+unused LR states, rules, outcomes, trie nodes and sets, so a padded grammar allows exactly what
+the original does; grammars of equal padded shapes share every compiled step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from ananke_jax._src.compile.cfg import EMPTY_SET
+from ananke_jax._src.compile.outcome_trie import chunk_layout
 from ananke_jax._src.compiled import CompiledGrammar
+from ananke_jax._src.compiled_cfg import CompiledCFG
 
 
 def pad_grammar(cg: CompiledGrammar, *, states: int, classes: int, rows: int) -> CompiledGrammar:
@@ -39,22 +45,114 @@ def pad_grammar(cg: CompiledGrammar, *, states: int, classes: int, rows: int) ->
     )
 
 
-def stack_grammars(grammars: Sequence[CompiledGrammar]) -> CompiledGrammar:
-    """Pad grammars over one vocabulary to common shapes and stack them on a leading axis.
+# Each padded table of `CompiledCFG`: its axes (named, shared between tables) and the fill of new
+# entries. Fills make new entries inert: -1 is "no outcome / node / member", EMPTY_SET and 0 are
+# the empty outcome set and the error action. The trie's node axis "N" and chunks are laid out
+# again (`_pad_trie`), since the nodes per chunk (``lanes``) become the bank's largest.
+_CFG_AXES = {
+    "action_kind": (("S", "T"), 0),
+    "action_arg": (("S", "T"), 0),
+    "goto": (("S", "G"), 0),
+    "rule_lhs": (("R",), 0),
+    "rule_length": (("R",), 0),
+    "state_outcomes": (("Q", "P"), -1),
+    "outcome_terminals": (("O", "M"), 0),
+    "outcome_length": (("O",), 0),
+    "outcome_node": (("Q", "P"), -1),
+    "outcome_lookahead": (("Q", "P", "L"), -1),
+    "outcome_free": (("Q", "P"), False),
+    "outcome_lexer": (("Q", "P"), -1),
+    "complete_node": (("Q", "E"), -1),
+    "set_members": (("NS", "Z"), -1),
+    "class_set": (("Q", "C"), EMPTY_SET),
+    "state_sets": (("Q", "NSQ"), EMPTY_SET),
+    "mask_rows": (("ROWS", "W"), 0),
+    "dense_row": (("Q", "B"), 0),
+    "dense_set": (("Q", "B"), 0),
+    "sparse_token": (("Q", "SZ"), 0),
+    "sparse_set": (("Q", "SZ"), 0),
+}
+
+
+def _axis_sizes(cg: CompiledCFG) -> dict[str, int]:
+    sizes = {}
+    for field, (axes, _) in _CFG_AXES.items():
+        sizes.update(zip(axes, getattr(cg, field).shape))
+    return sizes
+
+
+def _trie_parents(cg: CompiledCFG) -> list[np.ndarray]:
+    """Each lexer state's trie nodes' parents. The last node (breadth first) is a leaf, and every
+    leaf ends an outcome, a lookahead or a completion, so the highest node they name counts them."""
+    named = np.concatenate(
+        [np.asarray(cg.outcome_node), np.asarray(cg.outcome_lookahead).reshape(cg.outcome_node.shape[0], -1), np.asarray(cg.complete_node)],
+        axis=1,
+    )
+    counts = named.max(axis=1, initial=-1) + 1
+    return [row[:n] for row, n in zip(np.asarray(cg.node_parent), counts)]
+
+
+def _pad_to(x, shape, fill) -> jax.Array:
+    x = np.asarray(x)
+    return jnp.asarray(np.pad(x, [(0, want - have) for have, want in zip(x.shape, shape)], constant_values=fill))
+
+
+def _pad_cfgs(grammars: Sequence[CompiledCFG]) -> list[CompiledCFG]:
+    """Pushdown grammars padded to common shapes and bounds: the bank's largest stack depth,
+    configuration budget, LR scratch and trie lanes (larger bounds only refuse less)."""
+    sizes = {axis: max(_axis_sizes(g)[axis] for g in grammars) for axis in _axis_sizes(grammars[0])}
+    bounds = {name: max(getattr(g, name) for g in grammars) for name in ("stack_depth", "max_configs", "overlay", "lanes")}
+    parents = [_trie_parents(g) for g in grammars]
+    nodes = max(len(p) for ps in parents for p in ps) + bounds["lanes"]
+    layouts = [chunk_layout(ps, bounds["lanes"]) for ps in parents]
+    chunks = max(start.shape[1] for start, _ in layouts)
+    padded = []
+    for g, (start, count) in zip(grammars, layouts):
+        tables = {field: _pad_to(getattr(g, field), [sizes[a] for a in axes], fill) for field, (axes, fill) in _CFG_AXES.items()}
+        padded.append(
+            dataclasses.replace(
+                g,
+                **tables,
+                **bounds,
+                node_parent=_pad_to(g.node_parent, (sizes["Q"], nodes), -1),
+                node_column=_pad_to(g.node_column, (sizes["Q"], nodes), 0),
+                chunk_start=_pad_to(start, (sizes["Q"], chunks), 0),
+                num_chunks=_pad_to(count, (sizes["Q"],), 0),
+            )
+        )
+    return padded
+
+
+def stack_grammars(grammars: Sequence[CompiledGrammar] | Sequence[CompiledCFG]):
+    """Pad grammars of one engine over one vocabulary to common shapes and stack them on a
+    leading axis.
 
     The result is a bank: ``jax.vmap(fn, in_axes=(0, 0, ...))(bank, states, ...)`` runs each
-    request against its own grammar.
+    request against its own grammar, and `ananke_jax.generate` takes it with a ``grammar_index``
+    per row. A bank of pushdown grammars runs them all at its largest stack depth and
+    configuration budget.
 
     Raises:
-      ValueError: no grammars, or grammars compiled for different vocabulary sizes.
+      ValueError: no grammars, grammars of both engines, or grammars compiled for different
+        vocabularies.
     """
     if not grammars:
         raise ValueError("stack_grammars needs at least one grammar")
     widths = {(g.vocab_size, g.logits_width) for g in grammars}
     if len(widths) > 1:
         raise ValueError(f"grammars were compiled for different vocabularies (vocab_size, logits_width): {sorted(widths)}")
-    states = max(g.num_states for g in grammars)
-    classes = max(g.num_classes for g in grammars)
-    rows = max(g.mask_rows.shape[0] for g in grammars)
-    padded = [pad_grammar(g, states=states, classes=classes, rows=rows) for g in grammars]
+    kinds = {type(g) for g in grammars}
+    if kinds == {CompiledCFG}:
+        padded = _pad_cfgs(grammars)
+    elif kinds == {CompiledGrammar}:
+        states = max(g.num_states for g in grammars)
+        classes = max(g.num_classes for g in grammars)
+        rows = max(g.mask_rows.shape[0] for g in grammars)
+        padded = [pad_grammar(g, states=states, classes=classes, rows=rows) for g in grammars]
+    else:
+        names = sorted(t.__name__ for t in kinds)
+        raise ValueError(
+            f"a bank holds grammars of one engine, got {names}: compile the regular ones for the pushdown "
+            "engine too (compile_json_schema(..., engine='pushdown'), or a Lark/GBNF grammar)"
+        )
     return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *padded)

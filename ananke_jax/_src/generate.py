@@ -87,23 +87,24 @@ def generate(
       params: the model's parameters.
       prompt_tokens: int[B, P] prompts, right-padded.
       constraint: one constraint shared by all rows (compiled grammar or fused constraint, whose
-        soft scores are added to the logits), a bank of regular grammars
-        (`stack_grammars`) indexed by ``grammar_index``, or None (unconstrained). Mix
-        unconstrained rows into a bank with `unconstrained`.
+        soft scores are added to the logits), a bank of grammars of one engine
+        (`stack_grammars`) indexed by ``grammar_index``, or None (unconstrained).
       cache: the model's empty cache for B rows, at least ``P + max_new_tokens`` long.
       max_new_tokens: static budget N.
       eos_token_ids: the vocabulary's EOS ids (static).
       key: PRNG key.
       prompt_lengths: int[B] real prompt lengths (default: all P).
       sampling: static `SamplingParams`, shared or one per row.
-      grammar_index: int[B], each row's grammar in the bank (required with a bank).
+      grammar_index: int[B], each row's grammar in the bank (required with a bank); -1 leaves
+        the row unconstrained.
 
     Returns:
       A `GenerationResult`. The call jits once per shape and static configuration.
 
     Raises:
       ValueError: a prompt that does not fit the cache, logits wider than the constraint's
-        vocabulary, a bank without ``grammar_index`` (or the reverse), bad lengths.
+        vocabulary, a bank without ``grammar_index`` (or the reverse), an index outside the
+        bank, bad lengths.
     """
     prompt_tokens = jnp.asarray(prompt_tokens, jnp.int32)
     if prompt_tokens.ndim != 2 or prompt_tokens.shape[1] == 0:
@@ -126,19 +127,21 @@ def generate(
     is_bank = constraint is not None and jnp.ndim(constraint.fallback_token) == 1
     if is_bank != (grammar_index is not None):
         raise ValueError("a grammar bank needs grammar_index (one grammar per row), and grammar_index needs a bank")
+    free = jnp.zeros(batch, jnp.bool_)
     if is_bank:
-        index = jnp.asarray(grammar_index, jnp.int32)
-        if index.shape != (batch,):
-            raise ValueError(f"grammar_index must be int[{batch}], got shape {index.shape}")
-        constraint = jax.tree_util.tree_map(lambda table: table[index], constraint)
+        index, size = np.asarray(grammar_index), constraint.fallback_token.shape[0]
+        if index.shape != (batch,) or (index < -1).any() or (index >= size).any():
+            raise ValueError(f"grammar_index must be {batch} ints in [-1, {size}) for a bank of {size}, got {index.tolist()}")
+        free = jnp.asarray(index < 0)
+        constraint = jax.tree_util.tree_map(lambda table: table[np.maximum(index, 0)], constraint)
     return _generate(
-        step_fn, params, prompt_tokens, jnp.asarray(lengths, jnp.int32), constraint, cache, key, sampling_index,
+        step_fn, params, prompt_tokens, jnp.asarray(lengths, jnp.int32), constraint, free, cache, key, sampling_index,
         max_new_tokens=max_new_tokens, eos_token_ids=tuple(eos_token_ids), choices=choices, per_row=is_bank,
     )  # fmt: skip
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=("max_new_tokens", "eos_token_ids", "choices", "per_row"))
-def _generate(step_fn, params, prompt, lengths, constraint, cache, key, sampling_index, *, max_new_tokens, eos_token_ids, choices, per_row):
+def _generate(step_fn, params, prompt, lengths, constraint, free, cache, key, sampling_index, *, max_new_tokens, eos_token_ids, choices, per_row):
     batch, width = prompt.shape
     logits, cache = step_fn(params, cache, prompt, jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32), prompt.shape))
     logits = logits[jnp.arange(batch), lengths - 1]
@@ -151,17 +154,18 @@ def _generate(step_fn, params, prompt, lengths, constraint, cache, key, sampling
         start = constraint.init_state() if not per_row else jax.vmap(type(constraint).init_state)(constraint)
         states = start if per_row else jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), start)
 
-    def pick(logits, state, cg, key, choice):
-        """One row: (token, new state, finish reason or RUNNING, whether the argmax was masked)."""
+    def pick(logits, state, cg, free, key, choice):
+        """One row: (token, new state, finish reason or RUNNING, whether the argmax was masked).
+        A ``free`` row ignores its constraint."""
         if cg is None:
             masked, allowed_argmax, only_eos, empty = logits, jnp.bool_(True), jnp.bool_(False), jnp.bool_(False)
         else:
             mask = token_mask(cg, state)
-            masked = masked_logits(cg, state, logits)  # a fused constraint adds its soft scores
-            allowed_argmax = is_allowed(mask, jnp.argmax(logits))
+            masked = jnp.where(free, logits, masked_logits(cg, state, logits))  # a fused constraint adds its soft scores
+            allowed_argmax = free | is_allowed(mask, jnp.argmax(logits))
             eos_bits = jnp.zeros_like(mask).at[eos >> 5].add(jnp.left_shift(jnp.uint32(1), (eos & 31).astype(jnp.uint32)))
-            empty = ~mask.any()
-            only_eos = ~empty & ~(mask & ~eos_bits).any() & accepts(cg, state)
+            empty = ~free & ~mask.any()
+            only_eos = ~free & ~empty & ~(mask & ~eos_bits).any() & accepts(cg, state)
         drawn = [sample(masked, key, params, fallback_token=eos[0]) for params in choices]
         token = jnp.stack(drawn)[choice]
         new_state = state if cg is None else advance(cg, state, token)
@@ -169,12 +173,12 @@ def _generate(step_fn, params, prompt, lengths, constraint, cache, key, sampling
         reason = jnp.select([empty, only_eos, is_eos], [CONSTRAINT_ERROR, GRAMMAR_COMPLETE, EOS], RUNNING)
         return token, new_state, reason, ~allowed_argmax
 
-    row_step = jax.vmap(pick, in_axes=(0, 0, tables, 0, 0))
+    row_step = jax.vmap(pick, in_axes=(0, 0, tables, 0, 0, 0))
 
     def body(carry):
         step, logits, cache, states, out, finish, interventions = carry
         keys = jax.random.split(jax.random.fold_in(key, step), batch)
-        token, new_states, reason, intervened = row_step(logits, states, constraint, keys, sampling_index)
+        token, new_states, reason, intervened = row_step(logits, states, constraint, free, keys, sampling_index)
         running = finish == RUNNING
         emits = running & (reason == RUNNING)
         out = out.at[:, step].set(jnp.where(emits, token, PAD))

@@ -86,7 +86,7 @@ def outcome_tries(
     widest_level = max(trie.widest_level for trie in tries)
     lanes = int(min(max_lanes, 1 << max(0, widest_level - 1).bit_length()))
     parents = [trie.parents for trie in tries]
-    chunks = [_chunks(p, lanes) for p in parents]
+    chunk_start, num_chunks = chunk_layout(parents, lanes)
     nodes = max(1, max(map(len, parents))) + lanes
     looks = max(1, max((len(x) for trie in tries for x in trie.lookaheads), default=1))
     lookahead = np.full((num_states, width, looks), -1, np.int32)
@@ -97,8 +97,8 @@ def outcome_tries(
     return OutcomeTries(
         node_parent=stack_padded(parents, -1, np.int32, nodes),
         node_column=stack_padded([trie.columns for trie in tries], 0, np.int32, nodes),
-        chunk_start=stack_padded(chunks, 0, np.int32),
-        num_chunks=np.asarray([len(c) for c in chunks], np.int32),
+        chunk_start=chunk_start,
+        num_chunks=num_chunks,
         outcome_node=stack_padded([trie.ends for trie in tries], -1, np.int32, width),
         outcome_lookahead=lookahead,
         outcome_free=stack_padded([pending_free[a] for a in after], False, bool, width),
@@ -158,6 +158,13 @@ class _Numbered(NamedTuple):
     lookaheads: list[list[int]]
     finals: list[int]
     widest_level: int
+
+
+def chunk_layout(parents: list[np.ndarray], lanes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The chunks of each lexer state's trie (``parents``: its nodes' parents, breadth first):
+    chunk_start int32[Q, CH] and num_chunks int32[Q]."""
+    chunks = [_chunks(p, lanes) for p in parents]
+    return stack_padded(chunks, 0, np.int32), np.asarray([len(c) for c in chunks], np.int32)
 
 
 def _chunks(parents: np.ndarray, lanes: int) -> list[int]:

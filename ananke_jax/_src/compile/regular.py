@@ -28,8 +28,8 @@ def compile_choices(choices: Sequence[str | bytes], vocab: Vocabulary) -> Compil
 
 
 def unconstrained(vocab: Vocabulary) -> CompiledGrammar:
-    """A constraint that allows every token but the special ones, and EOS at any point: the
-    grammar of unconstrained rows in a bank of regular grammars."""
+    """A constraint that allows every token but the special ones, and EOS at any point (a bank
+    row with grammar index -1 in `ananke_jax.generate` is free of any constraint instead)."""
     anything = ByteDFA(transitions=np.array([[0] * 256, [1] * 256], np.int32), accepting=np.array([False, True]), start=1)
     return compile_dfa(anything, vocab)
 

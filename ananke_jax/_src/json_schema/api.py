@@ -65,6 +65,7 @@ def compile_json_schema(
     allow_additional: bool = False,
     max_depth: int = DEFAULT_MAX_DEPTH,
     max_configs: int = DEFAULT_MAX_CONFIGS,
+    engine: str = "auto",
 ) -> CompiledGrammar | CompiledCFG:
     """Compile a JSON Schema (draft 2020-12) into a constraint for ``vocab``.
 
@@ -83,18 +84,22 @@ def compile_json_schema(
       max_depth: nesting bound where it matters: the pushdown stack of a recursive schema gets
         room for about this many levels; with an indent layout, deeper recursion is not written.
       max_configs: parse configurations kept by the pushdown engine (recursive schemas).
+      engine: ``"auto"`` (a token DFA unless the schema recurses) or ``"pushdown"`` (always the
+        pushdown engine, e.g. to share a grammar bank with recursive schemas).
 
     Returns:
-      A `CompiledGrammar` (one token DFA) when the schema has no recursion, else a `CompiledCFG`
-      (the pushdown engine); ``repr`` says which.
+      A `CompiledGrammar` (one token DFA) when the schema has no recursion and ``engine`` is
+      ``"auto"``, else a `CompiledCFG` (the pushdown engine); ``repr`` says which.
 
     Raises:
       SchemaError: malformed or unsatisfiable schemas and unsupported keywords (with the
-        keyword and its JSON pointer).
+        keyword and its JSON pointer), or an unknown ``engine``.
     """
+    if engine not in ("auto", "pushdown"):
+        raise SchemaError(f"engine must be 'auto' or 'pushdown', got {engine!r}")
     rules = json_schema_rules(schema, whitespace=whitespace, strict=strict, allow_additional=allow_additional, max_depth=max_depth)
     recursive = recursive_rules(rules)
-    if not recursive:
+    if not recursive and engine == "auto":
         dfa = rx.to_dfa(inline(rules, set())[rules.start])
         if dfa.start == 0:
             raise SchemaError("the schema accepts no JSON value")
