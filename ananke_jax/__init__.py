@@ -13,6 +13,8 @@ from ananke_jax._src.compiled import CompiledGrammar as CompiledGrammar
 from ananke_jax._src.compiled import GrammarState as GrammarState
 from ananke_jax._src.compiled_cfg import CFGState as CFGState
 from ananke_jax._src.compiled_cfg import CompiledCFG as CompiledCFG
+from ananke_jax._src.drafts import DraftTables as DraftTables
+from ananke_jax._src.drafts import draft_tables as draft_tables
 from ananke_jax._src.errors import AnankeError as AnankeError
 from ananke_jax._src.errors import FusionError as FusionError
 from ananke_jax._src.errors import GrammarError as GrammarError
@@ -22,6 +24,7 @@ from ananke_jax._src.errors import WeightsError as WeightsError
 from ananke_jax._src.frontends.gbnf import gbnf_to_ir as gbnf_to_ir
 from ananke_jax._src.frontends.lark_frontend import lark_to_ir as lark_to_ir
 from ananke_jax._src.fusion.domains import allowed_tokens as allowed_tokens
+from ananke_jax._src.generate import ACCELERATIONS as ACCELERATIONS
 from ananke_jax._src.generate import FINISH_REASONS as FINISH_REASONS
 from ananke_jax._src.generate import GenerationResult as GenerationResult
 from ananke_jax._src.generate import generate as generate

@@ -44,7 +44,7 @@ SAMPLE = aj.SamplingParams(temperature=1.0)
 
 def _generate(constraint, batch=4, new=24, sampling=SAMPLE, seed=0, **options):
     prompt, lengths = _prompts(batch, seed=seed)
-    cache = init_cache(CONFIG, batch, prompt.shape[1] + new)
+    cache = init_cache(CONFIG, batch, prompt.shape[1] + new + 8)  # room for speculative drafts
     return aj.generate(
         STEP, PARAMS, prompt, constraint, cache=cache, max_new_tokens=new, eos_token_ids=VOCAB.eos_token_ids,
         key=jax.random.key(seed), prompt_lengths=lengths, sampling=sampling, **options,

@@ -136,10 +136,13 @@ def _byte_encoder(vocab: aj.Vocabulary) -> Callable[[str], list[int]]:
 
 def _run(step_fn, params, config, prompt, constraint, vocab, args):
     batch = np.repeat(np.asarray([prompt], np.int32), args.batch, axis=0)
-    cache = models.init_cache(config, args.batch, batch.shape[1] + args.max_tokens)
+    acceleration = args.acceleration if constraint is not None else "none"
+    cache = models.init_cache(config, args.batch, batch.shape[1] + args.max_tokens + args.draft_length)
+    drafts = aj.draft_tables(constraint, vocab) if acceleration == "speculative" else None
     result = aj.generate(
         step_fn, params, batch, constraint, cache=cache, max_new_tokens=args.max_tokens, eos_token_ids=vocab.eos_token_ids,
         key=jax.random.key(args.seed), sampling=aj.SamplingParams(temperature=args.temperature),
+        acceleration=acceleration, draft_length=args.draft_length, drafts=drafts,
     )  # fmt: skip
     return jax.block_until_ready(result)
 
@@ -176,6 +179,9 @@ def generate_command(args) -> int:
     constrained_rate, free_rate = rate(result, seconds), rate(free, free_seconds)
     print(f"{valid}/{args.batch} outputs valid")
     print(f"tokens/s: constrained {constrained_rate:.1f}, unconstrained {free_rate:.1f} (ratio {constrained_rate / free_rate:.2f})")
+    if args.acceleration == "speculative":
+        drafted, accepted = int(np.asarray(result.stats["drafted"]).sum()), int(np.asarray(result.stats["accepted"]).sum())
+        print(f"speculative: {accepted}/{drafted} draft tokens accepted, {int(result.stats['model_calls'])} model calls")
     return 0 if valid == args.batch else 1
 
 
@@ -216,6 +222,8 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--batch", type=int, default=1)
+    gen.add_argument("--acceleration", choices=aj.ACCELERATIONS, default="none", help="DOMINO's accelerations (default: none)")
+    gen.add_argument("--draft-length", type=int, default=4, help="draft tokens verified per model call (speculative)")
     gen.set_defaults(run=generate_command)
     comp = commands.add_parser("compile", help="compile a constraint and save its tables")
     add_constraint(comp)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from ananke_jax._src.compiled import CompiledGrammar, GrammarState
 from ananke_jax._src.compiled_cfg import CFGState, CompiledCFG
 from ananke_jax._src.runtime import pushdown
-from ananke_jax._src.runtime.masks import apply_mask
+from ananke_jax._src.runtime.masks import apply_mask, is_allowed
 
 Constraint = CompiledGrammar | CompiledCFG
 State = GrammarState | CFGState
@@ -39,6 +39,20 @@ def token_mask(cg: Constraint, state: State) -> jax.Array:
     if isinstance(cg, CompiledGrammar):
         return cg.mask_rows[cg.row_of_state[state.node]]
     return cg.token_mask(state)
+
+
+def token_allowed(cg: Constraint, state: State, token: jax.Array) -> jax.Array:
+    """bool[]: ``token`` (int32[]) is allowed, as in `token_mask`; cheaper than the whole mask
+    for compiled grammars (one word of a row, or one outcome set per parse configuration)."""
+    token = jnp.asarray(token, jnp.int32)
+    if isinstance(cg, CompiledCFG):
+        return pushdown.cfg_token_allowed(cg, state, token)
+    if not isinstance(cg, CompiledGrammar):
+        return is_allowed(token_mask(cg, state), token)
+    safe = jnp.clip(token, 0, 32 * cg.mask_words - 1)
+    word = cg.mask_rows[cg.row_of_state[state.node], safe >> 5]
+    in_range = (token >= 0) & (token < cg.logits_width)
+    return in_range & ((word >> (safe & 31).astype(jnp.uint32)) & 1).astype(jnp.bool_)
 
 
 def advance(cg: Constraint, state: State, token: jax.Array) -> State:

@@ -216,6 +216,17 @@ def cfg_token_mask(cg: CompiledCFG, state: CFGState) -> jax.Array:
     return jnp.where(state.finished, jnp.uint32(0), tokens) | eos
 
 
+def cfg_token_allowed(cg: CompiledCFG, state: CFGState, token) -> jax.Array:
+    """bool[]: whether `cfg_token_mask` allows ``token`` (int32[]), without building the mask."""
+    token = jnp.asarray(token, jnp.int32)
+    safe = jnp.clip(token, 0, cg.logits_width - 1)
+    members = cg.set_members[cg.class_set[state.lexer, cg.token_class[safe]]]  # [K, Z] per configuration
+    valid = (members >= 0) & jnp.take_along_axis(state.outcome_ok, jnp.maximum(members, 0), axis=1)
+    taken = (valid.any(axis=1) & state.live).any() & ~state.finished
+    in_range = (token >= 0) & (token < cg.logits_width)
+    return in_range & jnp.where(is_allowed(cg.eos_mask, safe), cfg_accepts(cg, state), taken)
+
+
 def cfg_is_error(cg: CompiledCFG, state: CFGState) -> jax.Array:
     """bool[]: a forbidden token was taken; nothing is allowed any more."""
     del cg

@@ -28,6 +28,12 @@ class SamplingParams:
     Filters apply after the temperature, in the order top-k, top-p, min-p.
     """
 
+    @property
+    def filters(self) -> bool:
+        """Whether a filter (top-k, top-p, min-p) is on: then the drawn token depends on which
+        tokens a mask removed, not only on their order."""
+        return self.temperature > 0 and (self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0)
+
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
@@ -69,25 +75,35 @@ def sample(
     Returns:
       int32[], the token id.
     """
-    logits = logits.astype(jnp.float32)
-    if history is not None and params.repetition_penalty != 1.0:
-        logits = apply_repetition_penalty(logits, history, params.repetition_penalty)
-    neg_inf = jnp.float32(-jnp.inf)
+    logits = filter_logits(logits, params, history=history)
     if params.temperature == 0.0:
         token = jnp.argmax(logits)
     else:
-        logits = logits / jnp.float32(params.temperature)
-        if params.top_k:
-            kth = jax.lax.top_k(logits, min(params.top_k, logits.shape[-1]))[0][-1]
-            logits = jnp.where(logits >= kth, logits, neg_inf)
-        if params.top_p < 1.0:
-            logits = jnp.where(logits >= _top_p_threshold(logits, params.top_p), logits, neg_inf)
-        if params.min_p > 0.0:
-            floor = jnp.max(logits) + jnp.log(jnp.float32(params.min_p))
-            logits = jnp.where(logits >= floor, logits, neg_inf)
         token = jnp.argmax(logits + jax.random.gumbel(key, logits.shape, jnp.float32))
-    any_allowed = jnp.max(logits) > neg_inf
+    any_allowed = jnp.max(logits) > -jnp.inf
     return jnp.where(any_allowed, token, fallback_token).astype(jnp.int32)
+
+
+def filter_logits(logits: jax.Array, params: SamplingParams, *, history: jax.Array | None = None) -> jax.Array:
+    """float32[V]: the logits `sample` draws from: repetition penalty, then (unless greedy) the
+    temperature and the filters, dropped tokens at -inf. Their softmax is the sampling
+    distribution (when not greedy)."""
+    logits = logits.astype(jnp.float32)
+    if history is not None and params.repetition_penalty != 1.0:
+        logits = apply_repetition_penalty(logits, history, params.repetition_penalty)
+    if params.temperature == 0.0:
+        return logits
+    neg_inf = jnp.float32(-jnp.inf)
+    logits = logits / jnp.float32(params.temperature)
+    if params.top_k:
+        kth = jax.lax.top_k(logits, min(params.top_k, logits.shape[-1]))[0][-1]
+        logits = jnp.where(logits >= kth, logits, neg_inf)
+    if params.top_p < 1.0:
+        logits = jnp.where(logits >= _top_p_threshold(logits, params.top_p), logits, neg_inf)
+    if params.min_p > 0.0:
+        floor = jnp.max(logits) + jnp.log(jnp.float32(params.min_p))
+        logits = jnp.where(logits >= floor, logits, neg_inf)
+    return logits
 
 
 def _top_p_threshold(logits: jax.Array, top_p: float) -> jax.Array:

