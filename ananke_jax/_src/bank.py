@@ -100,7 +100,8 @@ def _pad_to(x, shape, fill) -> jax.Array:
 def _pad_cfgs(grammars: Sequence[CompiledCFG]) -> list[CompiledCFG]:
     """Pushdown grammars padded to common shapes and bounds: the bank's largest stack depth,
     configuration budget, LR scratch and trie lanes (larger bounds only refuse less)."""
-    sizes = {axis: max(_axis_sizes(g)[axis] for g in grammars) for axis in _axis_sizes(grammars[0])}
+    each = [_axis_sizes(g) for g in grammars]
+    sizes = {axis: max(s[axis] for s in each) for axis in each[0]}
     bounds = {name: max(getattr(g, name) for g in grammars) for name in ("stack_depth", "max_configs", "overlay", "lanes")}
     parents = [_trie_parents(g) for g in grammars]
     nodes = max(len(p) for ps in parents for p in ps) + bounds["lanes"]

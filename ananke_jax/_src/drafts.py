@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ananke_jax._src.compile.arrays import pack_bits
 from ananke_jax._src.compiled import CompiledGrammar
 from ananke_jax._src.runtime.constraint import advance, token_allowed
 from ananke_jax._src.vocab import Vocabulary
@@ -69,10 +70,10 @@ def forced_tokens(cg: CompiledGrammar, vocab: Vocabulary, max_bytes: int = MAX_F
     starts_with = np.zeros((256, 32 * words), bool)
     for i in text_ids:
         starts_with[tokens[i][0], i] = True
-    packed = np.packbits(starts_with, axis=1, bitorder="little").view("<u4").astype(np.uint32)  # [256, W]
+    packed = pack_bits(starts_with)  # [256, W]
     text_bits = np.zeros(32 * words, bool)
     text_bits[text_ids] = True
-    text_rows = rows & np.packbits(text_bits, bitorder="little").view("<u4").astype(np.uint32)[None, :]
+    text_rows = rows & pack_bits(text_bits)[None, :]
     # The first allowed token of each row names the only byte that may be forced.
     nonzero = text_rows != 0
     word = nonzero.argmax(axis=1)

@@ -28,6 +28,7 @@ from ananke_jax._src.runtime.constraint import (
     token_allowed,
     token_mask,
 )
+from ananke_jax._src.runtime.masks import is_allowed
 from ananke_jax._src.runtime.sampling import SamplingParams, filter_logits, sample
 
 FINISH_REASONS = ("running", "eos", "grammar_complete", "length", "constraint_error")
@@ -221,8 +222,10 @@ def _masked(cg, state, free, logits):
     return logits if cg is None else jnp.where(free, logits, masked_logits(cg, state, logits))
 
 
-def _argmax_refused(cg, state, free, logits):
-    return jnp.bool_(False) if cg is None else ~free & ~token_allowed(cg, state, jnp.argmax(logits))
+def _argmax_refused(mask, free, logits):
+    """bool[]: the row's constraint (its whole ``mask``; None: no constraint) refuses the
+    model's own argmax."""
+    return jnp.bool_(False) if mask is None else ~free & ~is_allowed(mask, jnp.argmax(logits))
 
 
 def _choose(values, choice):
@@ -245,14 +248,14 @@ def _generate(step_fn, params, rows: _Rows, constraint, cache, key, *, max_new_t
         """One row with its whole mask: (token, finish reason or RUNNING, argmax refused)."""
         mask = None if cg is None else token_mask(cg, state)
         token = draw(_masked(cg, state, free, logits), key, choice)
-        return token, _ending(cg, state, free, mask, token, eos), _argmax_refused(cg, state, free, logits)
+        return token, _ending(cg, state, free, mask, token, eos), _argmax_refused(mask, free, logits)
 
     def quick_pick(logits, state, cg, free, key, choice):
         """One row drawn from its unconstrained logits: (token, whether it is final: allowed and
         not EOS, argmax refused)."""
         token = draw(logits, key, choice)
         fine = free | (token_allowed(cg, state, token) & ~(token == eos).any())
-        return token, fine, _argmax_refused(cg, state, free, logits)
+        return token, fine, ~free & ~token_allowed(cg, state, jnp.argmax(logits))
 
     in_axes = (0, 0, tables, 0, 0, 0)
 
@@ -301,7 +304,6 @@ def _generate_speculative(step_fn, params, rows: _Rows, constraint, cache, key, 
     eos = jnp.asarray(eos_token_ids, jnp.int32)
     tables = 0 if per_row else None
     free = rows.grammar < 0
-    nothing = DraftTables(jnp.full(1, -1, jnp.int32), jnp.full((2, 1), -1, jnp.int32), jnp.zeros((2, 1), jnp.int32))
 
     def propose_row(cg, state, previous, drafts, grammar):
         if cg is None:  # unconstrained: no grammar state to key drafts on
@@ -340,7 +342,7 @@ def _generate_speculative(step_fn, params, rows: _Rows, constraint, cache, key, 
         state_j = jax.tree_util.tree_map(lambda x: x[j], states)
         reason = _ending(cg, state_j, free, None if masks is None else masks[j], token, eos)
         emitted = jnp.where(position < j, draft, jnp.where(position == j, token, PAD))
-        refused = jax.vmap(lambda s, x: _argmax_refused(cg, s, free, x))(states, logits)
+        refused = jax.vmap(lambda m, x: _argmax_refused(m, free, x))(masks, logits) if cg is not None else jnp.zeros(k + 1, jnp.bool_)
         return emitted, j, reason, jnp.cumsum(refused, dtype=jnp.int32), state_j
 
     widths = sorted({1, 2, k + 1})  # model call widths compiled
@@ -388,7 +390,7 @@ def _generate_speculative(step_fn, params, rows: _Rows, constraint, cache, key, 
     out = jnp.full((batch, max_new_tokens + k + 1), PAD, jnp.int32)
     zeros = jnp.zeros(batch, jnp.int32)
     pending = rows.prompt[jnp.arange(batch), rows.lengths - 1]
-    drafts = drafts if constraint is not None else nothing
+    drafts = drafts if constraint is not None else draft_tables(slots=1)
     carry = (jnp.int32(0), pending, cache, states, drafts, out, zeros, zeros + RUNNING, zeros, zeros, zeros, zeros)
     carry = jax.lax.while_loop(lambda c: (c[7] == RUNNING).any() & (c[0] < max_new_tokens), body, carry)
     trips, _, _, _, drafts, out, _, finish, interventions, drafted, accepted, masks = carry
