@@ -24,56 +24,70 @@ SHIFT, REDUCE, ACCEPT = 1, 2, 3
 ACTIONS_PER_TRIP = 4  # LR actions unrolled in one loop trip (a shift and a few reductions)
 
 
+class _LR(NamedTuple):
+    """The LR tables in the form one parser action reads them (derived once per step)."""
+
+    action: jax.Array  # int32[S, T]: argument << 2 | kind
+    rule_length: jax.Array  # int32[R]
+    goto: jax.Array  # int32[S, R]: the state pushed after reducing by each rule
+
+
+def _lr(cg: CompiledCFG) -> _LR:
+    action = jnp.left_shift(cg.action_arg, 2) | cg.action_kind.astype(jnp.int32)
+    return _LR(action, cg.rule_length, cg.goto[:, cg.rule_lhs])
+
+
 class _Parse(NamedTuple):
     """An LR simulation on top of a read-only stack: ``stack[:base] ++ overlay[:height]``."""
 
     base: jax.Array  # int32[]
     overlay: jax.Array  # int32[H]
     height: jax.Array  # int32[]
+    top: jax.Array  # int32[], the state on top
     pos: jax.Array  # int32[], terminals consumed
     ok: jax.Array  # bool[], no error so far
     overflow: jax.Array  # bool[], the stack bounds were hit
 
 
-def _fresh(cg: CompiledCFG, depth) -> _Parse:
-    return _Parse(depth, jnp.zeros(cg.overlay, jnp.int32), jnp.int32(0), jnp.int32(0), jnp.bool_(True), jnp.bool_(False))
+def _fresh(cg: CompiledCFG, stack, depth) -> _Parse:
+    top = stack[jnp.maximum(depth - 1, 0)]
+    return _Parse(depth, jnp.zeros(cg.overlay, jnp.int32), jnp.int32(0), top, jnp.int32(0), jnp.bool_(True), jnp.bool_(False))
 
 
-def _top(stack, base, overlay, height):
+def _below(stack, base, overlay, height):
     """The LR state on top of ``stack[:base] ++ overlay[:height]``."""
     return jnp.where(height > 0, overlay[jnp.maximum(height - 1, 0)], stack[jnp.maximum(base - 1, 0)])
 
 
-def _act(cg: CompiledCFG, stack, terminals, length, p: _Parse) -> _Parse:
+def _act(lr: _LR, stack, terminals, length, p: _Parse) -> _Parse:
     """One LR action on input ``terminals[:length]`` (a no-op once the input is used up or
     rejected): a shift or accept consumes a terminal, a reduction pops and pushes a goto."""
-    h, d = cg.overlay, stack.shape[0]
+    h, d = p.overlay.shape[0], stack.shape[0]
     active = p.ok & (p.pos < length)
-    column = terminals[jnp.minimum(p.pos, terminals.shape[0] - 1)]
-    top = _top(stack, p.base, p.overlay, p.height)
-    kind, arg = cg.action_kind[top, column], cg.action_arg[top, column]
+    entry = lr.action[p.top, terminals[jnp.minimum(p.pos, terminals.shape[0] - 1)]]
+    kind, arg = entry & 3, jnp.right_shift(entry, 2)
     is_shift, is_reduce, is_accept = kind == SHIFT, kind == REDUCE, kind == ACCEPT
-    popped = jnp.where(is_reduce, cg.rule_length[arg], 0)
+    popped = jnp.where(is_reduce, lr.rule_length[arg], 0)
     from_overlay = jnp.minimum(popped, p.height)
     height, base = p.height - from_overlay, p.base - (popped - from_overlay)
-    pushed = jnp.where(is_shift, arg, cg.goto[_top(stack, base, p.overlay, height), cg.rule_lhs[arg]])
+    pushed = jnp.where(is_shift, arg, lr.goto[_below(stack, base, p.overlay, height), arg])
     push = is_shift | is_reduce
     full = push & ((height >= h) | (base + height >= d))
     write = active & push & ~full
-    slot = jnp.minimum(height, h - 1)
     return _Parse(
         base=jnp.where(active, base, p.base),
-        overlay=p.overlay.at[slot].set(jnp.where(write, pushed, p.overlay[slot])),
+        overlay=jnp.where(write & (jnp.arange(h) == height), pushed, p.overlay),
         height=jnp.where(active, height + write, p.height),
+        top=jnp.where(write, pushed, p.top),
         pos=p.pos + (active & (is_shift | is_accept)),
         ok=p.ok & ~(active & (full | ~(push | is_accept))),
         overflow=p.overflow | (active & full),
     )
 
 
-def _acts(cg: CompiledCFG, stack, terminals, length, p: _Parse) -> _Parse:
+def _acts(lr: _LR, stack, terminals, length, p: _Parse) -> _Parse:
     for _ in range(ACTIONS_PER_TRIP):
-        p = _act(cg, stack, terminals, length, p)
+        p = _act(lr, stack, terminals, length, p)
     return p
 
 
@@ -81,7 +95,7 @@ def _running(p: _Parse, length):
     return p.ok & (p.pos < length)
 
 
-def _feed(cg: CompiledCFG, stack, depth, terminals, length) -> _Parse:
+def _feed(cg: CompiledCFG, lr: _LR, stack, depth, terminals, length) -> _Parse:
     """Feed LR columns ``terminals[:length]`` (int32[M]) to the parser of one configuration.
 
     Returns the simulation after the input: ``ok & (pos >= length)`` when it was accepted.
@@ -90,13 +104,13 @@ def _feed(cg: CompiledCFG, stack, depth, terminals, length) -> _Parse:
 
     def body(carry):
         p, trips = carry
-        return _acts(cg, stack, terminals, length, p), trips + 1
+        return _acts(lr, stack, terminals, length, p), trips + 1
 
-    p, _ = jax.lax.while_loop(lambda c: _running(c[0], length) & (c[1] * ACTIONS_PER_TRIP < limit), body, (_fresh(cg, depth), jnp.int32(0)))
+    p, _ = jax.lax.while_loop(lambda c: _running(c[0], length) & (c[1] * ACTIONS_PER_TRIP < limit), body, (_fresh(cg, stack, depth), jnp.int32(0)))
     return p._replace(overflow=p.overflow | _running(p, length))  # out of actions
 
 
-def _walk_trie(cg: CompiledCFG, stack, depth, lexer) -> _Parse:
+def _walk_trie(cg: CompiledCFG, lr: _LR, stack, depth, lexer) -> _Parse:
     """Feed the terminals of lexer state ``lexer``'s trie to one configuration, a chunk of
     ``cg.lanes`` nodes at a time, each node one terminal after its parent.
 
@@ -105,14 +119,14 @@ def _walk_trie(cg: CompiledCFG, stack, depth, lexer) -> _Parse:
     """
     size, lanes = cg.node_parent.shape[1], cg.lanes
     parent_of, column_of = cg.node_parent[lexer], cg.node_column[lexer]
-    act = jax.vmap(lambda col, p: _acts(cg, stack, col[None], jnp.int32(1), p))
+    act = jax.vmap(lambda col, p: _acts(lr, stack, col[None], jnp.int32(1), p))
 
     def load(c, nodes: _Parse) -> tuple[_Parse, jax.Array]:
         """The lanes of chunk ``c``, each starting from its parent's parse."""
         start = cg.chunk_start[lexer, c]
         parent = jax.lax.dynamic_slice(parent_of, (start,), (lanes,))
         root, p = parent < 0, jnp.maximum(parent, 0)
-        fresh = _fresh(cg, depth)
+        fresh = _fresh(cg, stack, depth)
         lane = jax.tree_util.tree_map(lambda n, f: jnp.where(root.reshape((-1,) + (1,) * f.ndim), jnp.broadcast_to(f, n[p].shape), n[p]), nodes, fresh)
         lane = lane._replace(pos=jnp.zeros(lanes, jnp.int32), ok=root | (nodes.ok[p] & (nodes.pos[p] == 1)))
         return lane, jax.lax.dynamic_slice(column_of, (start,), (lanes,))
@@ -127,7 +141,7 @@ def _walk_trie(cg: CompiledCFG, stack, depth, lexer) -> _Parse:
         lane = jax.tree_util.tree_map(lambda a, b: jnp.where(done, a, b), next_lane, lane)
         return c + done, lane, jnp.where(done, next_column, column), nodes, trips + 1
 
-    nodes = jax.tree_util.tree_map(lambda x: jnp.zeros((size,) + x.shape, x.dtype), _fresh(cg, depth))
+    nodes = jax.tree_util.tree_map(lambda x: jnp.zeros((size,) + x.shape, x.dtype), _fresh(cg, stack, depth))
     lane, column = load(0, nodes)
     chunks = cg.num_chunks[lexer]
     limit = cg.chunk_start.shape[1] * (cg.stack_depth + 2)
@@ -135,12 +149,12 @@ def _walk_trie(cg: CompiledCFG, stack, depth, lexer) -> _Parse:
     return jax.lax.while_loop(lambda c: (c[0] < chunks) & (c[4] < limit), body, init)[3]
 
 
-def _verdicts(cg: CompiledCFG, stack, depth, lexer):
+def _verdicts(cg: CompiledCFG, lr: _LR, stack, depth, lexer):
     """What one configuration allows: bool[P], its lexer state's outcomes that the stack takes
     (their terminals accepted, then one of their lookahead terminals, or none needed); bool[],
     whether the output is complete (EOS allowed); and bool[], whether an outcome was refused
     for lack of stack depth."""
-    nodes = _walk_trie(cg, stack, depth, lexer)
+    nodes = _walk_trie(cg, lr, stack, depth, lexer)
     accepted = nodes.ok & (nodes.pos == 1)
     node, lookahead = cg.outcome_node[lexer], cg.outcome_lookahead[lexer]
     terminals_ok = (node < 0) | accepted[jnp.maximum(node, 0)]
@@ -158,11 +172,12 @@ def _verdicts(cg: CompiledCFG, stack, depth, lexer):
 def _with_verdicts(cg: CompiledCFG, state: CFGState) -> CFGState:
     """Fill in the verdicts of the state's live configurations (dead ones cost nothing, outside
     vmap)."""
+    lr = _lr(cg)
 
     def verdicts(config):
         stack, depth, lexer, live = config
         nothing = (jnp.zeros(cg.outcome_node.shape[1], jnp.bool_), jnp.bool_(False), jnp.bool_(False))
-        return jax.lax.cond(live, lambda: _verdicts(cg, stack, depth, lexer), lambda: nothing)
+        return jax.lax.cond(live, lambda: _verdicts(cg, lr, stack, depth, lexer), lambda: nothing)
 
     valid, complete, blocked = jax.lax.map(verdicts, (state.stacks, state.depth, state.lexer, state.live))
     return state._replace(outcome_ok=valid, complete=complete, overflow=state.overflow | blocked.any())
@@ -233,43 +248,65 @@ def cfg_is_error(cg: CompiledCFG, state: CFGState) -> jax.Array:
     return ~state.live.any()
 
 
+class _Configs(NamedTuple):
+    """Parse configurations under construction (the fields of `CFGState` that make one)."""
+
+    stacks: jax.Array  # int32[N, D]
+    depth: jax.Array  # int32[N]
+    lexer: jax.Array  # int32[N]
+
+
+def _same(a: _Configs, b: _Configs) -> jax.Array:
+    """bool[A, B]: which configurations of ``a`` equal which of ``b`` (stack entries at and above
+    the depth are junk)."""
+    below = jnp.arange(a.stacks.shape[1])[None, :] < a.depth[:, None]
+    equal_stacks = ((a.stacks[:, None, :] == b.stacks[None, :, :]) | ~below[:, None, :]).all(axis=2)
+    return (a.lexer[:, None] == b.lexer[None, :]) & (a.depth[:, None] == b.depth[None, :]) & equal_stacks
+
+
+def _follow(cg: CompiledCFG, lr: _LR, state: CFGState, config, local) -> _Configs:
+    """The configuration that configuration ``config`` makes by following its outcome ``local``."""
+    stack, depth, lexer = state.stacks[config], state.depth[config], state.lexer[config]
+    outcome = cg.state_outcomes[lexer, local]
+    p = _feed(cg, lr, stack, depth, cg.outcome_terminals[outcome], cg.outcome_length[outcome])
+    index = p.base + jnp.arange(cg.overlay)
+    written = jnp.where(jnp.arange(cg.overlay) < p.height, p.overlay, stack[jnp.minimum(index, cg.stack_depth - 1)])
+    return _Configs(stack.at[index].set(written, mode="drop"), p.base + p.height, cg.outcome_lexer[lexer, local])
+
+
 def cfg_advance(cg: CompiledCFG, state: CFGState, token) -> CFGState:
     """The state after ``token`` (int32[]): every configuration follows every valid outcome of the
-    token; the survivors (deduplicated, at most K) form the new state."""
+    token; the survivors (deduplicated, at most K, in order) form the new state.
+
+    The valid (configuration, outcome) pairs are gathered first and followed K at a time, so a
+    step costs what its valid pairs cost (usually one round), not K times the largest outcome set.
+    """
     token = jnp.asarray(token, jnp.int32)
     is_eos = is_allowed(cg.eos_mask, token)
     in_range = (token >= 0) & (token < cg.logits_width)
-
-    def follow(stack, depth, lexer, outcome_ok):
-        local = cg.set_members[cg.class_set[lexer, cg.token_class[jnp.clip(token, 0, cg.logits_width - 1)]]]
-        safe = jnp.maximum(local, 0)
-        outcome = cg.state_outcomes[lexer, safe]
-        p = jax.vmap(lambda o: _feed(cg, stack, depth, cg.outcome_terminals[o], cg.outcome_length[o]))(outcome)
-        index = p.base[:, None] + jnp.arange(cg.overlay)[None, :]
-        written = jnp.where(jnp.arange(cg.overlay)[None, :] < p.height[:, None], p.overlay, stack[jnp.minimum(index, cg.stack_depth - 1)])
-        stacks = jax.vmap(lambda ix, w: stack.at[ix].set(w, mode="drop"))(index, written)
-        return (local >= 0) & outcome_ok[safe], stacks, p.base + p.height, cg.outcome_lexer[lexer, safe]
-
-    valid, stacks, depth, lexer = jax.vmap(follow)(state.stacks, state.depth, state.lexer, state.outcome_ok)
-    k, z = valid.shape
+    lr, k = _lr(cg), cg.max_configs
+    local = cg.set_members[cg.class_set[state.lexer, cg.token_class[jnp.clip(token, 0, cg.logits_width - 1)]]]  # [K, Z]
+    z = local.shape[1]
+    valid = (local >= 0) & jnp.take_along_axis(state.outcome_ok, jnp.maximum(local, 0), axis=1)
     valid = (valid & state.live[:, None] & in_range & ~is_eos & ~state.finished).reshape(-1)
-    stacks, depth, lexer = stacks.reshape(k * z, -1), depth.reshape(-1), lexer.reshape(-1)
-    below = jnp.arange(cg.stack_depth)[None, :] < depth[:, None]
-    same = (
-        (lexer[:, None] == lexer[None, :])
-        & (depth[:, None] == depth[None, :])
-        & ((stacks[:, None, :] == stacks[None, :, :]) | ~below[:, None, :]).all(axis=2)
-    )
-    earlier = jnp.tril(jnp.ones((k * z, k * z), jnp.bool_), k=-1)
-    keep = valid & ~(same & earlier & valid[None, :]).any(axis=1)
-    order = jnp.argsort(~keep, stable=True)[: cg.max_configs]
-    stepped = state._replace(
-        stacks=stacks[order],
-        depth=depth[order],
-        lexer=lexer[order],
-        live=keep[order],
-        overflow=state.overflow | (keep.sum() > cg.max_configs),
-    )
+    pairs = jnp.argsort(~valid, stable=True)  # the valid pairs first, in (configuration, outcome) order
+    count = valid.sum()
+
+    def round_(carry):
+        r, kept, live, overflow = carry
+        slot = jax.lax.dynamic_slice(pairs, (r * k,), (k,))
+        real = r * k + jnp.arange(k) < count
+        made = jax.vmap(lambda pair: _follow(cg, lr, state, pair // z, jnp.maximum(local.reshape(-1)[pair], 0)))(slot)
+        earlier = jnp.tril(jnp.ones((k, k), jnp.bool_), k=-1)
+        fresh = real & ~(_same(made, kept) & live[None, :]).any(axis=1) & ~(_same(made, made) & earlier & real[None, :]).any(axis=1)
+        position = jnp.where(fresh, live.sum() + jnp.cumsum(fresh) - 1, k)
+        kept = jax.tree_util.tree_map(lambda a, b: a.at[position].set(b, mode="drop"), kept, made)
+        return r + 1, kept, live.at[position].set(True, mode="drop"), overflow | (fresh & (position >= k)).any()
+
+    empty = _Configs(jnp.zeros_like(state.stacks), jnp.zeros_like(state.depth), jnp.zeros_like(state.lexer))
+    init = (jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow)
+    _, kept, live, overflow = jax.lax.while_loop(lambda c: c[0] * k < count, round_, init)
+    stepped = state._replace(stacks=kept.stacks, depth=kept.depth, lexer=kept.lexer, live=live, overflow=overflow)
     # EOS: the configurations stay, marked finished when the output is complete, else they die.
     complete = cfg_accepts(cg, state)
     ended = state._replace(finished=complete, live=state.live & complete)
