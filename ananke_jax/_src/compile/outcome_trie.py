@@ -57,7 +57,7 @@ def outcome_tries(
     pending: np.ndarray,
     pending_free: np.ndarray,
     completions: list[list[list[int]]],
-    max_lanes: int = 64,
+    max_lanes: int = 32,
 ) -> OutcomeTries:
     """Build the tries.
 

@@ -21,7 +21,6 @@ from ananke_jax._src.compiled_cfg import CFGState, CompiledCFG
 from ananke_jax._src.runtime.masks import is_allowed
 
 SHIFT, REDUCE, ACCEPT = 1, 2, 3
-ACTIONS_PER_TRIP = 4  # LR actions unrolled in one loop trip (a shift and a few reductions)
 
 
 class _LR(NamedTuple):
@@ -85,12 +84,6 @@ def _act(lr: _LR, stack, terminals, length, p: _Parse) -> _Parse:
     )
 
 
-def _acts(lr: _LR, stack, terminals, length, p: _Parse) -> _Parse:
-    for _ in range(ACTIONS_PER_TRIP):
-        p = _act(lr, stack, terminals, length, p)
-    return p
-
-
 def _running(p: _Parse, length):
     return p.ok & (p.pos < length)
 
@@ -104,47 +97,68 @@ def _feed(cg: CompiledCFG, lr: _LR, stack, depth, terminals, length) -> _Parse:
 
     def body(carry):
         p, trips = carry
-        return _acts(lr, stack, terminals, length, p), trips + 1
+        return _act(lr, stack, terminals, length, p), trips + 1
 
-    p, _ = jax.lax.while_loop(lambda c: _running(c[0], length) & (c[1] * ACTIONS_PER_TRIP < limit), body, (_fresh(cg, stack, depth), jnp.int32(0)))
+    p, _ = jax.lax.while_loop(lambda c: _running(c[0], length) & (c[1] < limit), body, (_fresh(cg, stack, depth), jnp.int32(0)))
     return p._replace(overflow=p.overflow | _running(p, length))  # out of actions
 
 
 def _walk_trie(cg: CompiledCFG, lr: _LR, stack, depth, lexer) -> _Parse:
     """Feed the terminals of lexer state ``lexer``'s trie to one configuration, a chunk of
-    ``cg.lanes`` nodes at a time, each node one terminal after its parent.
+    ``cg.lanes`` nodes at a time, each node one terminal after its parent. Chunks whose nodes'
+    parents were all refused are skipped (their nodes stay refused).
 
     Returns a `_Parse` per node (arrays with a leading node axis); a node's terminals are
     accepted when its ``ok & (pos == 1)``.
     """
     size, lanes = cg.node_parent.shape[1], cg.lanes
     parent_of, column_of = cg.node_parent[lexer], cg.node_column[lexer]
-    act = jax.vmap(lambda col, p: _acts(lr, stack, col[None], jnp.int32(1), p))
+    chunks, starts = cg.num_chunks[lexer], cg.chunk_start[lexer]
+    # The trie's last node (breadth first) is a leaf, and every leaf is named by an outcome, a
+    # lookahead or a completion: the highest node they name counts the nodes.
+    count = jnp.maximum(jnp.maximum(cg.outcome_node[lexer].max(), cg.outcome_lookahead[lexer].max()), cg.complete_node[lexer].max()) + 1
+    ends = jnp.where(jnp.arange(starts.shape[0]) + 1 < chunks, jnp.roll(starts, -1), count)
+    chunk_of = jnp.searchsorted(jnp.where(jnp.arange(starts.shape[0]) < chunks, starts, size), jnp.arange(size), side="right") - 1
+    act = jax.vmap(lambda col, p: _act(lr, stack, col[None], jnp.int32(1), p))
+
+    def accepted(nodes: _Parse, at):
+        return nodes.ok[at] & (nodes.pos[at] == 1)
+
+    def next_chunk(c, nodes: _Parse):
+        """The chunk of the first node after chunk ``c`` whose parent was accepted, is the root
+        or overflowed (which its descendants must inherit): the chunks in between have only
+        refused nodes."""
+        parent = jnp.maximum(parent_of, 0)
+        reached = (parent_of < 0) | accepted(nodes, parent) | nodes.overflow[parent]
+        later = reached & (jnp.arange(size) >= ends[c]) & (jnp.arange(size) < count)
+        return jnp.where(later.any(), chunk_of[jnp.argmax(later)], chunks)
 
     def load(c, nodes: _Parse) -> tuple[_Parse, jax.Array]:
-        """The lanes of chunk ``c``, each starting from its parent's parse."""
-        start = cg.chunk_start[lexer, c]
+        """The lanes of chunk ``c``, each starting from its parent's parse (lanes past the
+        chunk's end are refused, so that what they write is right if those nodes are skipped)."""
+        start = starts[jnp.minimum(c, starts.shape[0] - 1)]
         parent = jax.lax.dynamic_slice(parent_of, (start,), (lanes,))
         root, p = parent < 0, jnp.maximum(parent, 0)
         fresh = _fresh(cg, stack, depth)
         lane = jax.tree_util.tree_map(lambda n, f: jnp.where(root.reshape((-1,) + (1,) * f.ndim), jnp.broadcast_to(f, n[p].shape), n[p]), nodes, fresh)
-        lane = lane._replace(pos=jnp.zeros(lanes, jnp.int32), ok=root | (nodes.ok[p] & (nodes.pos[p] == 1)))
+        inside = start + jnp.arange(lanes) < ends[jnp.minimum(c, starts.shape[0] - 1)]
+        lane = lane._replace(pos=jnp.zeros(lanes, jnp.int32), ok=inside & (root | accepted(nodes, p)))
         return lane, jax.lax.dynamic_slice(column_of, (start,), (lanes,))
 
     def body(carry):
         c, lane, column, nodes, trips = carry
         lane = act(column, lane)
         # Write every trip: a node is read only by later chunks, after its final write.
-        nodes = jax.tree_util.tree_map(lambda n, x: jax.lax.dynamic_update_slice_in_dim(n, x, cg.chunk_start[lexer, c], 0), nodes, lane)
+        nodes = jax.tree_util.tree_map(lambda n, x: jax.lax.dynamic_update_slice_in_dim(n, x, starts[c], 0), nodes, lane)
         done = ~_running(lane, 1).any()
-        next_lane, next_column = load(c + done, nodes)
+        c = jnp.where(done, next_chunk(c, nodes), c)
+        next_lane, next_column = load(c, nodes)
         lane = jax.tree_util.tree_map(lambda a, b: jnp.where(done, a, b), next_lane, lane)
-        return c + done, lane, jnp.where(done, next_column, column), nodes, trips + 1
+        return c, lane, jnp.where(done, next_column, column), nodes, trips + 1
 
     nodes = jax.tree_util.tree_map(lambda x: jnp.zeros((size,) + x.shape, x.dtype), _fresh(cg, stack, depth))
     lane, column = load(0, nodes)
-    chunks = cg.num_chunks[lexer]
-    limit = cg.chunk_start.shape[1] * (cg.stack_depth + 2)
+    limit = starts.shape[0] * (cg.stack_depth + 2)
     init = (jnp.int32(0), lane, column, nodes, jnp.int32(0))
     return jax.lax.while_loop(lambda c: (c[0] < chunks) & (c[4] < limit), body, init)[3]
 
