@@ -184,17 +184,20 @@ def _verdicts(cg: CompiledCFG, lr: _LR, stack, depth, lexer):
 
 
 def _with_verdicts(cg: CompiledCFG, state: CFGState) -> CFGState:
-    """Fill in the verdicts of the state's live configurations (dead ones cost nothing, outside
-    vmap)."""
-    lr = _lr(cg)
+    """Fill in the verdicts of the state's live configurations, one loop trip each up to the
+    last live one (live configurations come first, so dead ones cost nothing outside vmap)."""
+    lr, k = _lr(cg), state.live.shape[0]
+    last = jnp.where(state.live.any(), k - jnp.argmax(state.live[::-1]), 0)
 
-    def verdicts(config):
-        stack, depth, lexer, live = config
-        nothing = (jnp.zeros(cg.outcome_node.shape[1], jnp.bool_), jnp.bool_(False), jnp.bool_(False))
-        return jax.lax.cond(live, lambda: _verdicts(cg, lr, stack, depth, lexer), lambda: nothing)
+    def body(carry):
+        i, valid, complete, blocked = carry
+        v, c, b = _verdicts(cg, lr, state.stacks[i], state.depth[i], state.lexer[i])
+        live = state.live[i]
+        return i + 1, valid.at[i].set(v & live), complete.at[i].set(c & live), blocked | (b & live)
 
-    valid, complete, blocked = jax.lax.map(verdicts, (state.stacks, state.depth, state.lexer, state.live))
-    return state._replace(outcome_ok=valid, complete=complete, overflow=state.overflow | blocked.any())
+    init = (jnp.int32(0), jnp.zeros_like(state.outcome_ok), jnp.zeros_like(state.complete), jnp.bool_(False))
+    _, valid, complete, blocked = jax.lax.while_loop(lambda c: c[0] < last, body, init)
+    return state._replace(outcome_ok=valid, complete=complete, overflow=state.overflow | blocked)
 
 
 @jax.jit  # tables as arguments: traced eagerly, they would be baked into the program as constants
