@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 
 from ananke_jax._src.compile.arrays import (
@@ -319,36 +319,36 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     eos_bits[list(vocab.eos_token_ids)] = True
     state_sets, rows, dense_row, dense_set, sparse_token, sparse_set = _mask_parts(t, words)
     return CompiledCFG(
-        lexer_start=jnp.int32(lexer.start),
-        action_kind=jnp.asarray(lr.action_kind, jnp.int8),
-        action_arg=jnp.asarray(lr.action_arg, jnp.int32),
-        goto=jnp.asarray(lr.goto, jnp.int32),
-        rule_lhs=jnp.asarray(lr.rule_lhs, jnp.int32),
-        rule_length=jnp.asarray(lr.rule_length, jnp.int32),
-        lr_start=jnp.int32(lr.start_state),
-        node_parent=jnp.asarray(tries.node_parent),
-        node_column=jnp.asarray(tries.node_column),
-        chunk_start=jnp.asarray(tries.chunk_start),
-        num_chunks=jnp.asarray(tries.num_chunks),
-        state_outcomes=jnp.asarray(t.state_outcomes),
-        outcome_terminals=jnp.asarray(t.outcome_terminals),
-        outcome_length=jnp.asarray(t.outcome_length),
-        outcome_node=jnp.asarray(tries.outcome_node),
-        outcome_lookahead=jnp.asarray(tries.outcome_lookahead),
-        outcome_free=jnp.asarray(tries.outcome_free),
-        outcome_lexer=jnp.asarray(tries.outcome_lexer),
-        complete_node=jnp.asarray(tries.complete_node),
-        set_members=jnp.asarray(t.set_members),
-        token_class=jnp.asarray(t.token_class),
-        class_set=jnp.asarray(t.class_set),
-        state_sets=jnp.asarray(state_sets),
-        mask_rows=jnp.asarray(rows),
-        dense_row=jnp.asarray(dense_row),
-        dense_set=jnp.asarray(dense_set),
-        sparse_token=jnp.asarray(sparse_token),
-        sparse_set=jnp.asarray(sparse_set),
-        eos_mask=jnp.asarray(pack_bits(eos_bits)),
-        fallback_token=jnp.int32(vocab.eos_token_ids[0]),
+        lexer_start=_device(lexer.start, np.int32),
+        action_kind=_device(lr.action_kind, np.int8),
+        action_arg=_device(lr.action_arg, np.int32),
+        goto=_device(lr.goto, np.int32),
+        rule_lhs=_device(lr.rule_lhs, np.int32),
+        rule_length=_device(lr.rule_length, np.int32),
+        lr_start=_device(lr.start_state, np.int32),
+        node_parent=_device(tries.node_parent),
+        node_column=_device(tries.node_column),
+        chunk_start=_device(tries.chunk_start),
+        num_chunks=_device(tries.num_chunks),
+        state_outcomes=_device(t.state_outcomes),
+        outcome_terminals=_device(t.outcome_terminals),
+        outcome_length=_device(t.outcome_length),
+        outcome_node=_device(tries.outcome_node),
+        outcome_lookahead=_device(tries.outcome_lookahead),
+        outcome_free=_device(tries.outcome_free),
+        outcome_lexer=_device(tries.outcome_lexer),
+        complete_node=_device(tries.complete_node),
+        set_members=_device(t.set_members),
+        token_class=_device(t.token_class),
+        class_set=_device(t.class_set),
+        state_sets=_device(state_sets),
+        mask_rows=_device(rows),
+        dense_row=_device(dense_row),
+        dense_set=_device(dense_set),
+        sparse_token=_device(sparse_token),
+        sparse_set=_device(sparse_set),
+        eos_mask=_device(pack_bits(eos_bits)),
+        fallback_token=_device(vocab.eos_token_ids[0], np.int32),
         vocab_size=len(vocab),
         logits_width=vocab.logits_width,
         stack_depth=stack_depth,
@@ -356,3 +356,10 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         overlay=min(stack_depth, lr.push_bound(t.outcome_terminals.shape[1] + 1)),  # a token's terminals, one lookahead
         lanes=tries.lanes,
     )
+
+
+def _device(x, dtype=None) -> jax.Array:
+    """A host table on the device, its dtype fixed on the host (int64 becomes int32): a dtype
+    conversion on the device would compile a small XLA program per table shape."""
+    x = np.asarray(x, dtype)
+    return jax.device_put(x.astype(np.int32) if x.dtype == np.int64 else x)
