@@ -84,6 +84,11 @@ def _act(lr: _LR, stack, terminals, length, p: _Parse) -> _Parse:
     )
 
 
+def _accepted(p: _Parse):
+    """bool[...]: the single terminal fed to a trie node's parse was taken."""
+    return p.ok & (p.pos == 1)
+
+
 def _running(p: _Parse, length):
     return p.ok & (p.pos < length)
 
@@ -108,8 +113,8 @@ def _walk_trie(cg: CompiledCFG, lr: _LR, stack, depth, lexer) -> _Parse:
     ``cg.lanes`` nodes at a time, each node one terminal after its parent. Chunks whose nodes'
     parents were all refused are skipped (their nodes stay refused).
 
-    Returns a `_Parse` per node (arrays with a leading node axis); a node's terminals are
-    accepted when its ``ok & (pos == 1)``.
+    Returns a `_Parse` per node (arrays with a leading node axis); a node's terminal is
+    accepted when `_accepted` holds for it.
     """
     size, lanes = cg.node_parent.shape[1], cg.lanes
     parent_of, column_of = cg.node_parent[lexer], cg.node_column[lexer]
@@ -121,28 +126,26 @@ def _walk_trie(cg: CompiledCFG, lr: _LR, stack, depth, lexer) -> _Parse:
     chunk_of = jnp.searchsorted(jnp.where(jnp.arange(starts.shape[0]) < chunks, starts, size), jnp.arange(size), side="right") - 1
     act = jax.vmap(lambda col, p: _act(lr, stack, col[None], jnp.int32(1), p))
 
-    def accepted(nodes: _Parse, at):
-        return nodes.ok[at] & (nodes.pos[at] == 1)
-
     def next_chunk(c, nodes: _Parse):
         """The chunk of the first node after chunk ``c`` whose parent was accepted, is the root
         or overflowed (which its descendants must inherit): the chunks in between have only
         refused nodes."""
         parent = jnp.maximum(parent_of, 0)
-        reached = (parent_of < 0) | accepted(nodes, parent) | nodes.overflow[parent]
+        reached = (parent_of < 0) | _accepted(nodes)[parent] | nodes.overflow[parent]
         later = reached & (jnp.arange(size) >= ends[c]) & (jnp.arange(size) < count)
         return jnp.where(later.any(), chunk_of[jnp.argmax(later)], chunks)
 
     def load(c, nodes: _Parse) -> tuple[_Parse, jax.Array]:
         """The lanes of chunk ``c``, each starting from its parent's parse (lanes past the
         chunk's end are refused, so that what they write is right if those nodes are skipped)."""
-        start = starts[jnp.minimum(c, starts.shape[0] - 1)]
+        c = jnp.minimum(c, starts.shape[0] - 1)  # past the last chunk: a load whose lanes go unused
+        start = starts[c]
         parent = jax.lax.dynamic_slice(parent_of, (start,), (lanes,))
         root, p = parent < 0, jnp.maximum(parent, 0)
         fresh = _fresh(cg, stack, depth)
         lane = jax.tree_util.tree_map(lambda n, f: jnp.where(root.reshape((-1,) + (1,) * f.ndim), jnp.broadcast_to(f, n[p].shape), n[p]), nodes, fresh)
-        inside = start + jnp.arange(lanes) < ends[jnp.minimum(c, starts.shape[0] - 1)]
-        lane = lane._replace(pos=jnp.zeros(lanes, jnp.int32), ok=inside & (root | accepted(nodes, p)))
+        inside = start + jnp.arange(lanes) < ends[c]
+        lane = lane._replace(pos=jnp.zeros(lanes, jnp.int32), ok=inside & (root | _accepted(nodes)[p]))
         return lane, jax.lax.dynamic_slice(column_of, (start,), (lanes,))
 
     def body(carry):
@@ -169,7 +172,7 @@ def _verdicts(cg: CompiledCFG, lr: _LR, stack, depth, lexer):
     whether the output is complete (EOS allowed); and bool[], whether an outcome was refused
     for lack of stack depth."""
     nodes = _walk_trie(cg, lr, stack, depth, lexer)
-    accepted = nodes.ok & (nodes.pos == 1)
+    accepted = _accepted(nodes)
     node, lookahead = cg.outcome_node[lexer], cg.outcome_lookahead[lexer]
     terminals_ok = (node < 0) | accepted[jnp.maximum(node, 0)]
     lookahead_ok = ((lookahead >= 0) & accepted[jnp.maximum(lookahead, 0)]).any(axis=1)
@@ -248,12 +251,18 @@ def cfg_token_mask(cg: CompiledCFG, state: CFGState) -> jax.Array:
     return jnp.where(state.finished, jnp.uint32(0), tokens) | eos
 
 
+def _token_outcomes(cg: CompiledCFG, state: CFGState, token):
+    """The outcomes of ``token`` from each configuration: int32[K, Z], local to its lexer state
+    (-1 padding), and bool[K, Z], which of them the configuration's verdicts allow."""
+    local = cg.set_members[cg.class_set[state.lexer, cg.token_class[jnp.clip(token, 0, cg.logits_width - 1)]]]
+    return local, (local >= 0) & jnp.take_along_axis(state.outcome_ok, jnp.maximum(local, 0), axis=1)
+
+
 def cfg_token_allowed(cg: CompiledCFG, state: CFGState, token) -> jax.Array:
     """bool[]: whether `cfg_token_mask` allows ``token`` (int32[]), without building the mask."""
     token = jnp.asarray(token, jnp.int32)
     safe = jnp.clip(token, 0, cg.logits_width - 1)
-    members = cg.set_members[cg.class_set[state.lexer, cg.token_class[safe]]]  # [K, Z] per configuration
-    valid = (members >= 0) & jnp.take_along_axis(state.outcome_ok, jnp.maximum(members, 0), axis=1)
+    _, valid = _token_outcomes(cg, state, token)
     taken = (valid.any(axis=1) & state.live).any() & ~state.finished
     in_range = (token >= 0) & (token < cg.logits_width)
     return in_range & jnp.where(is_allowed(cg.eos_mask, safe), cfg_accepts(cg, state), taken)
@@ -302,9 +311,8 @@ def cfg_advance(cg: CompiledCFG, state: CFGState, token) -> CFGState:
     is_eos = is_allowed(cg.eos_mask, token)
     in_range = (token >= 0) & (token < cg.logits_width)
     lr, k = _lr(cg), cg.max_configs
-    local = cg.set_members[cg.class_set[state.lexer, cg.token_class[jnp.clip(token, 0, cg.logits_width - 1)]]]  # [K, Z]
+    local, valid = _token_outcomes(cg, state, token)
     z = local.shape[1]
-    valid = (local >= 0) & jnp.take_along_axis(state.outcome_ok, jnp.maximum(local, 0), axis=1)
     valid = (valid & state.live[:, None] & in_range & ~is_eos & ~state.finished).reshape(-1)
     pairs = jnp.argsort(~valid, stable=True)  # the valid pairs first, in (configuration, outcome) order
     count = valid.sum()
