@@ -33,7 +33,8 @@ def stack_padded(rows, fill, dtype, width: int | None = None) -> np.ndarray:
 def pack_bits(bits: np.ndarray) -> np.ndarray:
     """uint32[..., ceil(V / 32)] from bool[..., V]: bit j of word i is entry 32 * i + j (the
     packed mask format)."""
-    words = -(-bits.shape[-1] // 32)
-    padded = np.zeros(bits.shape[:-1] + (32 * words,), bool)
-    padded[..., : bits.shape[-1]] = bits
-    return np.packbits(padded, axis=-1, bitorder="little").view("<u4").astype(np.uint32)
+    if bits.shape[-1] % 32:
+        padded = np.zeros(bits.shape[:-1] + (32 * -(-bits.shape[-1] // 32),), bool)
+        padded[..., : bits.shape[-1]] = bits
+        bits = padded
+    return np.packbits(bits, axis=-1, bitorder="little").view("<u4").astype(np.uint32, copy=False)

@@ -18,7 +18,10 @@ from ananke_jax._src.compile.arrays import pack_bits
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
 from ananke_jax._src.vocab import Vocabulary
 
-# Upper bound on the entries of one (states x trie nodes) block, to bound compile memory.
+# Mask rows are built from (word, class) pairs when they number under 1/_SPARSE_ROWS_FACTOR of
+# the tokens, else token by token (the per-pair work costs about that much more).
+_SPARSE_ROWS_FACTOR = 4
+# Upper bound on the (start state, node) pairs of one level of a trie walk, to bound memory.
 _BLOCK_ENTRIES = 1 << 23
 
 
@@ -50,6 +53,13 @@ def ordinary_token_ids(vocab: Vocabulary) -> np.ndarray:
     """int64[N]: ids of the tokens a grammar can allow (non-special, non-empty), cached."""
     special = vocab.special_token_ids
     return np.asarray([i for i, t in enumerate(vocab.tokens) if t and i not in special], np.int64)
+
+
+@functools.lru_cache(maxsize=8)
+def vocabulary_trie(vocab: Vocabulary) -> TokenTrie:
+    """The byte prefix tree of the ordinary tokens of ``vocab`` (ids are token ids), cached."""
+    ids = ordinary_token_ids(vocab).tolist()
+    return build_trie([vocab.tokens[i] for i in ids], ids)
 
 
 def build_trie(tokens: list[bytes], ids: list[int]) -> TokenTrie:
@@ -110,6 +120,80 @@ def walk_tokens(trie: TokenTrie, transitions: np.ndarray, starts: np.ndarray) ->
     return node_states[:, trie.token_nodes]
 
 
+def _concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """int64[sum(lengths)]: ``starts[i] + arange(lengths[i])`` for every i, concatenated."""
+    ends = np.cumsum(lengths)
+    return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - lengths - starts, lengths)
+
+
+def live_column_hashes(trie: TokenTrie, transitions: np.ndarray, multipliers: np.ndarray) -> np.ndarray:
+    """Random linear hashes of every trie node's column: the state after its string, from each
+    start state (a function from states to states).
+
+    The walk goes level by level over the live nodes only, and computes each distinct function
+    once: a child's function is its parent's followed by one symbol, so children whose parents
+    have equal functions and whose symbols agree share one (all two-letter words inside a free
+    string, say). A function is stored as its live (start state, state) pairs.
+
+    Args:
+      trie: a `TokenTrie` over the alphabet of ``transitions``.
+      transitions: int32[S, A] (state 0 dead and absorbing).
+      multipliers: uint64[H, S], one random multiplier per hash and start state.
+
+    Returns:
+      uint64[H, trie.num_nodes]: ``sum_s multipliers[:, s] * state_after(s)`` (wrapping; dead
+      pairs add 0, so a node dead from every state hashes to 0).
+    """
+    widest = max(map(len, trie.parents), default=1)
+    block = max(1, _BLOCK_ENTRIES // widest)  # start states walked together
+    hashes = np.zeros((len(multipliers), trie.num_nodes), np.uint64)
+    for lo in range(1, len(transitions), block):
+        _add_live_hashes(hashes, trie, transitions, multipliers, np.arange(lo, min(lo + block, len(transitions))))
+    return hashes
+
+
+def _add_live_hashes(hashes: np.ndarray, trie: TokenTrie, transitions: np.ndarray, multipliers: np.ndarray, starts: np.ndarray) -> None:
+    """Add the terms of ``live_column_hashes`` from the start states ``starts``."""
+    flat, alphabet = transitions.reshape(-1), transitions.shape[1]
+    # The live nodes of the current level, the function of each (an index into the level's
+    # functions), and the functions as blocks of (start state, state) pairs.
+    nodes, node_function = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    origin, current = starts.astype(np.int64), starts.astype(np.int64)
+    function_start, function_length = np.zeros(1, np.int64), np.array([len(starts)])
+    offset = 1  # the id of the level's first node
+    for parents, labels in zip(trie.parents, trie.labels):
+        first_child = np.searchsorted(parents, nodes)
+        num_children = np.searchsorted(parents, nodes, side="right") - first_child
+        child = _concatenated_ranges(first_child, num_children)  # level-local ids, ascending
+        step, step_of_child = np.unique(np.repeat(node_function, num_children) * alphabet + labels[child], return_inverse=True)
+        parent_function, symbol = step // alphabet, step % alphabet
+        # Apply each distinct (function, symbol) step to the function's pairs.
+        pair = _concatenated_ranges(function_start[parent_function], function_length[parent_function])
+        step_of_pair = np.repeat(np.arange(len(step)), function_length[parent_function])
+        after = flat[current[pair] * alphabet + symbol[step_of_pair]]
+        live = np.flatnonzero(after)
+        if not len(live):
+            break
+        origin, current, step_of_pair = origin[pair[live]], after[live].astype(np.int64), step_of_pair[live]
+        pair_start = np.flatnonzero(np.diff(step_of_pair, prepend=-1))
+        live_step = step_of_pair[pair_start]
+        step_hash = np.add.reduceat(multipliers[:, origin] * current.astype(np.uint64), pair_start, axis=1)
+        # Steps with equal results are one function of the new level.
+        function_of_live_step, representative = classes_of_hashes(step_hash)
+        function_of_step = np.full(len(step), -1, np.int64)
+        function_of_step[live_step] = function_of_live_step
+        child_function = function_of_step[step_of_child.reshape(-1)]
+        alive = child_function >= 0
+        nodes, node_function = child[alive] + offset, child_function[alive]
+        hashes[:, nodes] += step_hash[:, representative][:, node_function]
+        lengths = np.diff(pair_start, append=len(step_of_pair))
+        kept = _concatenated_ranges(pair_start[representative], lengths[representative])
+        origin, current = origin[kept], current[kept]
+        function_length = lengths[representative]
+        function_start = np.cumsum(function_length) - function_length
+        offset += len(parents)
+
+
 @dataclasses.dataclass(frozen=True)
 class Spelling:
     """The vocabulary's ordinary tokens rewritten over an automaton's byte classes.
@@ -161,50 +245,42 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
     state, in which only EOS is allowed. Special tokens, empty tokens and padding ids beyond the
     tokenizer lead to the dead state from everywhere, so they are never allowed.
 
-    Bytes that act alike in every state form a byte class, and tokens that spell the same string
-    of byte classes act alike, so only the distinct class strings are walked (for a pattern like
-    ``[^"]{0,200}`` a few thousand instead of the whole vocabulary).
+    Tokens whose columns (the state after the token, from every state) agree form a class. The
+    columns are hashed by a walk of the vocabulary's prefix tree that follows only live (node,
+    state) pairs (`live_column_hashes`); then only one token per class is walked from every state.
     """
     finished = dfa.num_states
     num_states = finished + 1
     accepting = np.append(dfa.accepting, True)
     eos_target = np.where(accepting, finished, DEAD).astype(np.int32)
+    transitions = np.vstack([dfa.transitions, np.full((1, dfa.transitions.shape[1]), DEAD, np.int32)])
 
-    spelled = spell_tokens(dfa.transitions, vocab)
-    transitions = np.vstack([spelled.transitions, np.full((1, spelled.transitions.shape[1]), DEAD, np.int32)])
-    ids, spelling, strings = spelled.token_ids, spelled.spelling, spelled.strings
-    eos_item, never_item = len(strings), len(strings) + 1
+    trie = vocabulary_trie(vocab)
+    multipliers = _hash_multipliers(num_states)
+    node_hashes = live_column_hashes(trie, transitions, multipliers)
+    eos_hash = (multipliers * eos_target.astype(np.uint64)).sum(axis=1)
+    # Items: the ordinary tokens (in the trie's order), EOS, and a token that is never allowed.
+    item_hashes = np.column_stack([node_hashes[:, trie.token_nodes], eos_hash, np.zeros(len(multipliers), np.uint64)])
+    item_class, representatives = classes_of_hashes(item_hashes)
+    num_tokens = len(trie.token_ids)
 
-    def columns(trie: TokenTrie, states: np.ndarray) -> np.ndarray:
-        """int32[k, N + 2]: the state after each of the trie's N strings, EOS and a never-allowed
-        token (the last two columns), from each of ``states``."""
-        n = len(trie.token_ids)
-        out = np.zeros((len(states), n + 2), np.int32)
-        out[:, trie.token_ids] = walk_tokens(trie, transitions, states)
-        out[:, n] = eos_target[states]
-        return out
-
-    trie = build_trie(strings, list(range(len(strings))))
-    block = max(1, _BLOCK_ENTRIES // max(trie.num_nodes, len(strings) + 2))
-    item_class, representatives = token_classes(lambda states: columns(trie, states), num_states, block)
     # The transition table needs one column per class: walk the representatives alone.
-    rep_strings = [strings[r] for r in representatives if r < len(strings)]
-    rep_columns = columns(build_trie(rep_strings, list(range(len(rep_strings)))), np.arange(num_states))
-    position = np.cumsum(representatives < len(strings)) - 1  # column of each string representative
-    position[representatives == eos_item] = len(rep_strings)
-    position[representatives == never_item] = len(rep_strings) + 1
-    next_state = rep_columns[:, position]
+    token_reps = representatives[representatives < num_tokens]
+    rep_trie = build_trie([vocab.tokens[i] for i in trie.token_ids[token_reps].tolist()], list(range(len(token_reps))))
+    next_state = np.zeros((num_states, len(representatives)), np.int32)
+    next_state[:, np.flatnonzero(representatives < num_tokens)[rep_trie.token_ids]] = walk_tokens(rep_trie, transitions, np.arange(num_states))
+    next_state[:, np.flatnonzero(representatives == num_tokens)] = eos_target[:, None]
 
-    class_of_token = np.full(vocab.logits_width, item_class[never_item], np.int32)
-    class_of_token[ids] = item_class[spelling]
-    class_of_token[list(vocab.eos_token_ids)] = item_class[eos_item]
+    class_of_token = np.full(vocab.logits_width, item_class[num_tokens + 1], np.int32)
+    class_of_token[trie.token_ids] = item_class[:num_tokens]
+    class_of_token[list(vocab.eos_token_ids)] = item_class[num_tokens]
 
     mask_rows, row_of_state = packed_mask_rows(next_state != DEAD, class_of_token)
     return TokenTables(
         mask_rows=mask_rows,
         row_of_state=row_of_state,
         class_of_token=class_of_token,
-        next_state=next_state.astype(np.int32),
+        next_state=next_state,
         accepting=accepting,
         start=dfa.start,
     )
@@ -213,34 +289,61 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
 def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Deduplicated packed masks from bool[S, C] allowed classes.
 
+    A mask word is the OR of the bits of the (word, class) pairs among its 32 tokens whose class
+    is allowed somewhere. When those pairs are few (most tokens in a few classes, the usual case
+    for structured output) the rows are built from the pairs alone, else token by token.
+
     Returns:
       mask_rows uint32[R, ceil(V / 32)] (bit j of word i = token 32 * i + j) and int32[S], the
       row of each state.
     """
     row_of_state = row_groups(allowed)
-    unique_rows = np.zeros((int(row_of_state.max()) + 1, allowed.shape[1]), bool)
-    unique_rows[row_of_state] = allowed
-    return pack_bits(unique_rows[:, class_of_token]), row_of_state.astype(np.int32)
+    num_classes = allowed.shape[1]
+    rows = np.zeros((int(row_of_state.max()) + 1, num_classes), bool)
+    rows[row_of_state] = allowed
+    tokens = np.flatnonzero(rows.any(axis=0)[class_of_token])
+    keys = (tokens >> 5) * num_classes + class_of_token[tokens]
+    order = np.argsort(keys, kind="stable")
+    keys, tokens = keys[order], tokens[order]
+    first = np.flatnonzero(np.diff(keys, prepend=-1))  # the start of each (word, class) pair
+    if len(first) * _SPARSE_ROWS_FACTOR > len(class_of_token):
+        return pack_bits(np.take(rows, class_of_token, axis=1)), row_of_state.astype(np.int32)
+    mask_rows = np.zeros((len(rows), -(-len(class_of_token) // 32)), np.uint32)
+    if len(first):
+        pair_bits = np.bitwise_or.reduceat(np.left_shift(np.uint32(1), (tokens & 31).astype(np.uint32)), first)
+        word, pair_class = keys[first] // num_classes, keys[first] % num_classes
+        word_first = np.flatnonzero(np.diff(word, prepend=-1))
+        terms = np.where(rows[:, pair_class], pair_bits, np.uint32(0))
+        mask_rows[:, word[word_first]] = np.bitwise_or.reduceat(terms, word_first, axis=1)
+    return mask_rows, row_of_state.astype(np.int32)
 
 
-def token_classes(columns, num_states: int, block: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Group tokens whose columns (state after the token, for every state) are identical.
+def _hash_multipliers(num_states: int) -> np.ndarray:
+    """uint64[2, num_states]: odd random multipliers of two independent 64-bit column hashes."""
+    return np.random.default_rng(0).integers(1, 2**63, size=(2, num_states), dtype=np.uint64) | np.uint64(1)
 
-    Columns are compared through two independent 64-bit random linear hashes, computed over
-    blocks of states (all at once by default) so memory stays bounded; a collision of both has
-    probability ~2^-120.
+
+def classes_of_hashes(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group items by their column hashes (uint64[2, N], see `token_classes`).
+
+    Returns:
+      class_of_item: int32[N]; representatives: int64[C], one item per class.
+    """
+    _, representatives, class_of_item = np.unique(hashes[0], return_index=True, return_inverse=True)
+    if not (hashes[1] == hashes[1][representatives][class_of_item]).all():
+        _, representatives, class_of_item = np.unique(hashes.T, axis=0, return_index=True, return_inverse=True)
+    return class_of_item.reshape(-1).astype(np.int32), representatives
+
+
+def token_classes(columns, num_states: int) -> tuple[np.ndarray, np.ndarray]:
+    """Group tokens whose columns (``columns(states)``: the state after each token from each of
+    ``states``) are identical.
+
+    Columns are compared through two independent 64-bit random linear hashes; a collision of
+    both has probability ~2^-120.
 
     Returns:
       class_of_token: int32[N], the class of each column; representatives: int64[C], one column
       per class.
     """
-    multipliers = np.random.default_rng(0).integers(1, 2**63, size=(2, num_states), dtype=np.uint64) | np.uint64(1)
-    hashes = 0
-    block = block or num_states
-    for lo in range(0, num_states, block):
-        states = np.arange(lo, min(lo + block, num_states))
-        hashes = hashes + multipliers[:, states] @ columns(states).astype(np.uint64)
-    _, representatives, class_of_token = np.unique(hashes[0], return_index=True, return_inverse=True)
-    if not (hashes[1] == hashes[1][representatives][class_of_token]).all():
-        _, representatives, class_of_token = np.unique(hashes.T, axis=0, return_index=True, return_inverse=True)
-    return class_of_token.reshape(-1).astype(np.int32), representatives
+    return classes_of_hashes(_hash_multipliers(num_states) @ columns(np.arange(num_states)).astype(np.uint64))
