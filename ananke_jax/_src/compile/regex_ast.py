@@ -27,6 +27,7 @@ from ananke_jax._src.compile.automaton import (
     NFABuilder,
     determinise,
     minimise,
+    row_groups,
 )
 from ananke_jax._src.errors import GrammarError
 
@@ -219,25 +220,34 @@ def difference(a: ByteDFA, b: ByteDFA) -> ByteDFA:
 
 
 def _product(a: ByteDFA, b: ByteDFA, accept) -> ByteDFA:
-    ids = {(DEAD, DEAD): 0, (a.start, b.start): 1}
-    order = [(DEAD, DEAD), (a.start, b.start)]
-    rows = []
-    i = 0
-    while i < len(order):
-        x, y = order[i]
-        row = []
-        for pair in zip(a.transitions[x].tolist(), b.transitions[y].tolist()):
-            if pair[0] == DEAD:  # no string through here is in a, so none is in the result
-                pair = (DEAD, DEAD)
-            if pair not in ids:
-                ids[pair] = len(order)
-                order.append(pair)
-            row.append(ids[pair])
-        rows.append(row)
-        i += 1
-    pairs = np.asarray(order)
-    accepting = accept(a.accepting[pairs[:, 0]], b.accepting[pairs[:, 1]])
-    return minimise(np.asarray(rows, np.int32), accepting, start=1, byte_class=np.arange(256, dtype=np.int32))
+    """The minimal DFA of the reachable pairs of states, accepting per ``accept``, built one
+    breadth-first level at a time over the byte classes of both automata."""
+    byte_class = row_groups(np.vstack([a.transitions, b.transitions]).T)
+    first_byte = np.zeros(int(byte_class.max()) + 1, np.int64)
+    first_byte[byte_class[::-1]] = np.arange(255, -1, -1)
+    moves_a, moves_b = a.transitions[:, first_byte].astype(np.int64), b.transitions[:, first_byte].astype(np.int64)
+    width = b.num_states
+    # A pair is the key x * width + y; no string through x = DEAD is in a, so (DEAD, y) is DEAD.
+    start = a.start * width + b.start if a.start != DEAD else DEAD
+    ids = {DEAD: 0}
+    ids.setdefault(start, 1)
+    keys, rows = [DEAD, start], []
+    done = 0
+    while done < len(keys):
+        level = np.asarray(keys[done:])
+        x, y = level // width, level % width
+        after = moves_a[x] * width + moves_b[y]
+        after[moves_a[x] == DEAD] = DEAD
+        targets, inverse = np.unique(after, return_inverse=True)
+        for key in targets.tolist():
+            if key not in ids:
+                ids[key] = len(keys)
+                keys.append(key)
+        rows.append(np.asarray([ids[key] for key in targets.tolist()], np.int32)[inverse.reshape(after.shape)])
+        done = len(level) + done
+    pairs = np.asarray(keys)
+    accepting = accept(a.accepting[pairs // width], b.accepting[pairs % width])
+    return minimise(np.concatenate(rows), accepting, start=1, byte_class=byte_class.astype(np.int32))
 
 
 # State elimination can grow the regex exponentially; larger automata are not printed.
