@@ -259,21 +259,24 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
     multipliers = _hash_multipliers(num_states)
     node_hashes = live_column_hashes(trie, transitions, multipliers)
     eos_hash = (multipliers * eos_target.astype(np.uint64)).sum(axis=1)
-    # Items: the ordinary tokens (in the trie's order), EOS, and a token that is never allowed.
-    item_hashes = np.column_stack([node_hashes[:, trie.token_nodes], eos_hash, np.zeros(len(multipliers), np.uint64)])
-    item_class, representatives = classes_of_hashes(item_hashes)
-    num_tokens = len(trie.token_ids)
+    # Items: the tokens alive from some state (a column of zeros hashes to 0), EOS, and a token
+    # that is never allowed (the class of all other tokens).
+    token_hashes = node_hashes[:, trie.token_nodes]
+    live = np.flatnonzero(token_hashes[0] | token_hashes[1])
+    item_class, representatives = classes_of_hashes(np.column_stack([token_hashes[:, live], eos_hash, np.zeros(len(multipliers), np.uint64)]))
+    eos_item, never_item = len(live), len(live) + 1
 
     # The transition table needs one column per class: walk the representatives alone.
-    token_reps = representatives[representatives < num_tokens]
-    rep_trie = build_trie([vocab.tokens[i] for i in trie.token_ids[token_reps].tolist()], list(range(len(token_reps))))
+    token_reps = np.flatnonzero(representatives < eos_item)
+    rep_ids = trie.token_ids[live[representatives[token_reps]]]
+    rep_trie = build_trie([vocab.tokens[i] for i in rep_ids.tolist()], list(range(len(rep_ids))))
     next_state = np.zeros((num_states, len(representatives)), np.int32)
-    next_state[:, np.flatnonzero(representatives < num_tokens)[rep_trie.token_ids]] = walk_tokens(rep_trie, transitions, np.arange(num_states))
-    next_state[:, np.flatnonzero(representatives == num_tokens)] = eos_target[:, None]
+    next_state[:, token_reps[rep_trie.token_ids]] = walk_tokens(rep_trie, transitions, np.arange(num_states))
+    next_state[:, np.flatnonzero(representatives == eos_item)] = eos_target[:, None]
 
-    class_of_token = np.full(vocab.logits_width, item_class[num_tokens + 1], np.int32)
-    class_of_token[trie.token_ids] = item_class[:num_tokens]
-    class_of_token[list(vocab.eos_token_ids)] = item_class[num_tokens]
+    class_of_token = np.full(vocab.logits_width, item_class[never_item], np.int32)
+    class_of_token[trie.token_ids[live]] = item_class[:eos_item]
+    class_of_token[list(vocab.eos_token_ids)] = item_class[eos_item]
 
     mask_rows, row_of_state = packed_mask_rows(next_state != DEAD, class_of_token)
     return TokenTables(
