@@ -21,8 +21,8 @@ from ananke_jax._src.vocab import Vocabulary
 # Mask rows are built from (word, class) pairs when they number under 1/_SPARSE_ROWS_FACTOR of
 # the tokens, else token by token (the per-pair work costs about that much more).
 _SPARSE_ROWS_FACTOR = 4
-# Upper bound on the (start state, node) pairs of one level of a trie walk, to bound memory.
-_BLOCK_ENTRIES = 1 << 23
+# Upper bound on the (start state, state) pairs of one level of a trie walk, to bound memory.
+_MAX_PAIRS = 1 << 22
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,17 +144,25 @@ def live_column_hashes(trie: TokenTrie, transitions: np.ndarray, multipliers: np
       uint64[H, trie.num_nodes]: ``sum_s multipliers[:, s] * state_after(s)`` (wrapping; dead
       pairs add 0, so a node dead from every state hashes to 0).
     """
-    widest = max(map(len, trie.parents), default=1)
-    block = max(1, _BLOCK_ENTRIES // widest)  # start states walked together
     hashes = np.zeros((len(multipliers), trie.num_nodes), np.uint64)
-    for lo in range(1, len(transitions), block):
-        _add_live_hashes(hashes, trie, transitions, multipliers, np.arange(lo, min(lo + block, len(transitions))))
+    pending = [np.arange(1, len(transitions))]
+    while pending:
+        starts = pending.pop()
+        terms = _live_hash_terms(trie, transitions, multipliers, starts)
+        if terms is None:  # too many pairs at once: walk each half of the start states alone
+            pending += [starts[: len(starts) // 2], starts[len(starts) // 2 :]]
+            continue
+        for nodes, values in terms:
+            hashes[:, nodes] += values
     return hashes
 
 
-def _add_live_hashes(hashes: np.ndarray, trie: TokenTrie, transitions: np.ndarray, multipliers: np.ndarray, starts: np.ndarray) -> None:
-    """Add the terms of ``live_column_hashes`` from the start states ``starts``."""
+def _live_hash_terms(trie: TokenTrie, transitions: np.ndarray, multipliers: np.ndarray, starts: np.ndarray):
+    """The terms of ``live_column_hashes`` from the start states ``starts``, as (nodes,
+    uint64[H, n] values) per level; None when a level would hold more than `_MAX_PAIRS` pairs
+    (never with one start state: a level has fewer nodes)."""
     flat, alphabet = transitions.reshape(-1), transitions.shape[1]
+    terms = []
     # The live nodes of the current level, the function of each (an index into the level's
     # functions), and the functions as blocks of (start state, state) pairs.
     nodes, node_function = np.zeros(1, np.int64), np.zeros(1, np.int64)
@@ -167,6 +175,8 @@ def _add_live_hashes(hashes: np.ndarray, trie: TokenTrie, transitions: np.ndarra
         child = _concatenated_ranges(first_child, num_children)  # level-local ids, ascending
         step, step_of_child = np.unique(np.repeat(node_function, num_children) * alphabet + labels[child], return_inverse=True)
         parent_function, symbol = step // alphabet, step % alphabet
+        if function_length[parent_function].sum() > max(_MAX_PAIRS, len(parents)):
+            return None
         # Apply each distinct (function, symbol) step to the function's pairs.
         pair = _concatenated_ranges(function_start[parent_function], function_length[parent_function])
         step_of_pair = np.repeat(np.arange(len(step)), function_length[parent_function])
@@ -185,13 +195,14 @@ def _add_live_hashes(hashes: np.ndarray, trie: TokenTrie, transitions: np.ndarra
         child_function = function_of_step[step_of_child.reshape(-1)]
         alive = child_function >= 0
         nodes, node_function = child[alive] + offset, child_function[alive]
-        hashes[:, nodes] += step_hash[:, representative][:, node_function]
+        terms.append((nodes, step_hash[:, representative][:, node_function]))
         lengths = np.diff(pair_start, append=len(step_of_pair))
         kept = _concatenated_ranges(pair_start[representative], lengths[representative])
         origin, current = origin[kept], current[kept]
         function_length = lengths[representative]
         function_start = np.cumsum(function_length) - function_length
         offset += len(parents)
+    return terms
 
 
 @dataclasses.dataclass(frozen=True)
