@@ -11,6 +11,7 @@ import regex as regex_module
 from oracles import REGEXES, ReferenceMasks, random_member, unpack
 
 import ananke_jax as aj
+from ananke_jax._src.compile import token_table
 from ananke_jax._src.compile.regex import regex_to_dfa
 
 NUM_STATES = 200
@@ -86,6 +87,24 @@ def test_every_state_mask_matches_the_brute_force_walk(pattern, real_vocab):
         np.testing.assert_array_equal(unpack(masks[node])[: vocab.logits_width], ref.allowed(node), err_msg=f"state {node}")
     finished = unpack(masks[dfa.num_states])
     assert set(np.flatnonzero(finished)) == set(vocab.eos_token_ids)
+
+
+@pytest.mark.parametrize("pattern", [r"[^\n]{0,20}\n", r"(red|green|blue|yellow)", r"[A-Z][a-z]{2,9}( [A-Z][a-z]{2,9}){0,2}"])
+def test_tables_do_not_depend_on_how_the_walk_is_split_or_rows_are_built(pattern, real_vocab, monkeypatch):
+    """The trie walk split into single start states (its memory bound) and mask rows built
+    token by token or from (word, class) pairs give the same next states and masks."""
+    _, vocab, _ = real_vocab
+    dfa = regex_to_dfa(pattern)
+
+    def per_state(tables):
+        return tables.next_state[:, tables.class_of_token], tables.mask_rows[tables.row_of_state]
+
+    default = per_state(token_table.token_tables(dfa, vocab))
+    monkeypatch.setattr(token_table, "_MAX_PAIRS", 1)
+    for factor in (0, 1 << 30):  # from (word, class) pairs; token by token
+        monkeypatch.setattr(token_table, "_SPARSE_ROWS_FACTOR", factor)
+        for got, want in zip(per_state(token_table.token_tables(dfa, vocab)), default):
+            np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("pattern", REGEXES)
