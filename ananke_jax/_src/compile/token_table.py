@@ -360,4 +360,8 @@ def token_classes(columns, num_states: int) -> tuple[np.ndarray, np.ndarray]:
       class_of_token: int32[N], the class of each column; representatives: int64[C], one column
       per class.
     """
-    return classes_of_hashes(_hash_multipliers(num_states) @ columns(np.arange(num_states)).astype(np.uint64))
+    multipliers, table = _hash_multipliers(num_states), columns(np.arange(num_states))
+    hashes = np.zeros((len(multipliers), table.shape[1]), np.uint64)
+    for state, row in enumerate(table):  # a row at a time: numpy's integer matmul is slow
+        hashes += multipliers[:, state, None] * row.astype(np.uint64)
+    return classes_of_hashes(hashes)
