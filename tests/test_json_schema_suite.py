@@ -19,8 +19,6 @@ DEPARTURES = {
     ("oneOf", "oneOf with empty schema"): "oneOf is compiled as anyOf",
     ("oneOf", "oneOf with required"): "oneOf is compiled as anyOf",
     ("oneOf", "oneOf with missing optional property"): "oneOf is compiled as anyOf",
-    ("format:time", "validation of time strings"): "leap seconds are accepted only at 23:59:60 UTC",
-    ("format:date-time", "validation of date-time strings"): "leap seconds are accepted only at 23:59:60 UTC",
     ("format:hostname", "validation of host names", "exceeds maximum overall length (256)"): "the 253-byte total is not checked (24k states)",
     ("format:hostname", "validation of A-label (punycode) host names"): "Punycode (xn--) labels are refused: IDNA is not regular",
 }
