@@ -1,4 +1,5 @@
-"""Shared helpers of the benchmarks: the real vocabularies and a side-by-side timer."""
+"""Shared helpers of the benchmarks: the real vocabularies and tokenizers, side-by-side timers,
+and the token walks of ananke_jax and its peers (XGrammar, llguidance)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ import os
 import platform
 import statistics
 import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 import ananke_jax as aj
 
@@ -23,6 +28,123 @@ def load_vocabularies() -> dict[str, aj.Vocabulary]:
     }
 
 
+def encoders() -> dict:
+    """Each real vocabulary's own tokenizer as it encodes text mid-stream: no BOS or EOS, and no
+    SentencePiece dummy-prefix space."""
+    import sentencepiece
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(open(mistral_data("tokenizer.model.v1"), "rb").read())
+    proto.normalizer_spec.add_dummy_prefix = False
+    sp = sentencepiece.SentencePieceProcessor(model_proto=proto.SerializeToString())
+    tekken = Tekkenizer.from_file(mistral_data("tekken_240911.json"))
+    return {"sentencepiece-32k": sp.encode, "tekken-131k": lambda t: tekken.encode(t, bos=False, eos=False)}
+
+
+def summary(seconds: list[float]) -> str:
+    us = np.asarray(seconds) * 1e6
+    return f"mean {us.mean():8.1f} us  p99 {np.percentile(us, 99):8.1f} us"
+
+
+def ours_per_token(cg, tokens: list[int], repeats: int = 15) -> dict:
+    """Seconds of mask + advance per token along a walk the constraint must accept.
+
+    Returns:
+        ``scan``: the median over ``repeats`` runs of one jitted `lax.scan` over the tokens, per
+        token; ``call``: the seconds of each token's jitted mask and advance called from the host.
+    Raises:
+        AssertionError: if the walk is not accepted.
+    """
+    mask, advance = jax.jit(aj.token_mask), jax.jit(aj.advance)
+
+    @jax.jit
+    def walk(cg, tokens):
+        def body(carry, token):
+            state, acc = carry
+            acc = acc ^ aj.token_mask(cg, state)  # keeps the mask live
+            return (aj.advance(cg, state, token), acc), None
+
+        init = (cg.init_state(), jnp.zeros(cg.mask_words, jnp.uint32))
+        (state, acc), _ = jax.lax.scan(body, init, tokens)
+        return acc, aj.accepts(cg, state)
+
+    ids = jnp.asarray(tokens, jnp.int32)
+    assert bool(walk(cg, ids)[1]), "the walk must be accepted"
+    scans = []
+    for _ in range(repeats):  # the median of many runs: this machine's timings are noisy
+        start = time.perf_counter()
+        walk(cg, ids)[0].block_until_ready()
+        scans.append((time.perf_counter() - start) / len(tokens))
+    state = cg.init_state()
+    mask(cg, state).block_until_ready()
+    jax.block_until_ready(advance(cg, state, tokens[0]))  # compile both before timing
+    per_call = []
+    for token in tokens:
+        start = time.perf_counter()
+        mask(cg, state).block_until_ready()
+        state = jax.block_until_ready(advance(cg, state, token))
+        per_call.append(time.perf_counter() - start)
+    return {"scan": statistics.median(scans), "call": per_call}
+
+
+def xgrammar_info(vocab: aj.Vocabulary):
+    import xgrammar as xgr
+
+    return xgr.TokenizerInfo(list(vocab.tokens), xgr.VocabType.RAW, vocab_size=vocab.logits_width, stop_token_ids=list(vocab.eos_token_ids))
+
+
+def xgrammar_walk(compiled, vocab: aj.Vocabulary, tokens: list[int]) -> list[float]:
+    """Seconds per token of XGrammar's fill_next_token_bitmask + accept_token along the walk."""
+    import xgrammar as xgr
+
+    bitmask = xgr.allocate_token_bitmask(1, vocab.logits_width)
+    xgr.GrammarMatcher(compiled).fill_next_token_bitmask(bitmask)  # warm up
+    matcher = xgr.GrammarMatcher(compiled)
+    per_call = []
+    for token in tokens:
+        start = time.perf_counter()
+        matcher.fill_next_token_bitmask(bitmask)
+        assert matcher.accept_token(token), f"token {token} refused"
+        per_call.append(time.perf_counter() - start)
+    return per_call
+
+
+class _Tokens:
+    """The minimal tokenizer llguidance's TokenizerWrapper reads."""
+
+    def __init__(self, vocab, encode):
+        self.eos_token_id = vocab.eos_token_ids[0]
+        self.bos_token_id = None
+        self.tokens = list(vocab.tokens)
+        self.special_token_ids = sorted(vocab.special_token_ids)
+        self._encode = encode
+
+    def __call__(self, text):
+        return self._encode(text.decode("utf-8", "replace") if isinstance(text, bytes) else text)
+
+
+def llguidance_tokenizer(vocab: aj.Vocabulary, encode):
+    import llguidance
+
+    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Tokens(vocab, encode)))
+
+
+def llguidance_walk(matcher, vocab_size: int, tokens: list[int]) -> list[float]:
+    """Seconds per token of llguidance's fill_next_token_bitmask + consume_token along the walk."""
+    import llguidance.numpy
+
+    bitmask = llguidance.numpy.allocate_token_bitmask(1, vocab_size)
+    per_call = []
+    for token in tokens:
+        start = time.perf_counter()
+        llguidance.numpy.fill_next_token_bitmask(matcher, bitmask, 0)
+        assert matcher.consume_token(token), matcher.get_error()
+        per_call.append(time.perf_counter() - start)
+    return per_call
+
+
 def interleaved_medians(fns: dict, repeats: int) -> dict[str, float]:
     """Median seconds of each no-argument function, run in turn so drift hits all alike."""
     times = {name: [] for name in fns}
@@ -35,6 +157,4 @@ def interleaved_medians(fns: dict, repeats: int) -> dict[str, float]:
 
 
 def machine() -> str:
-    import jax
-
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__} on {jax.devices()[0].platform}"

@@ -13,8 +13,10 @@ import jsonschema
 import numpy as np
 import pytest
 from earley import EarleyRecogniser
-from json_schemas import RECURSIVE, REGULAR
+from json_schemas import EXAMPLES, RECURSIVE, REGULAR
 from lark import Lark
+from test_pushdown import _accepts as _accepts_state
+from test_pushdown import _advance, _mask
 
 import ananke_jax as aj
 from ananke_jax._src.compile import regex_ast as rx
@@ -91,6 +93,19 @@ def test_recursive_schemas_round_trip_through_the_pushdown_engine(name, real_voc
             _validate(RECURSIVE[name], _text(vocab, np.asarray(tokens)))
             finished += 1
     assert finished
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_examples_are_valid_and_accepted_token_by_token(name, sentencepiece_vocab, sentencepiece_encode):
+    """The walks of bench/json_schema.py: json.dumps' ", " and ": " are flexible whitespace."""
+    schema, text = {**REGULAR, **RECURSIVE}[name], json.dumps(EXAMPLES[name])
+    _validate(schema, text)
+    cg = aj.compile_json_schema(schema, sentencepiece_vocab)
+    state = cg.init_state()
+    for token in sentencepiece_encode(text):
+        assert bool(aj.is_allowed(_mask(cg, state), token)), (text, sentencepiece_vocab.token_bytes(token))
+        state = _advance(cg, state, token)
+    assert bool(_accepts_state(cg, state)), text
 
 
 def _dfa(schema, **options):
