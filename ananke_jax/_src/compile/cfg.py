@@ -26,7 +26,7 @@ from ananke_jax._src.compile.automaton import DEAD
 from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import outcome_tries
-from ananke_jax._src.compile.token_table import build_trie, spell_tokens, token_classes
+from ananke_jax._src.compile.token_table import build_trie, classes_of_hashes, hash_multipliers, spell_tokens
 from ananke_jax._src.compiled_cfg import CompiledCFG
 from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar
@@ -89,11 +89,21 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
     local = (np.cumsum(present, axis=1) - 1)[q, outcome]  # the outcome's index in its state's row
     group_q, group_string, set_of_group, set_members = _outcome_sets(q, string, local)
 
-    group_set = np.full((lexer.num_states, len(spelled.strings) + 1), EMPTY_SET, np.int32)
-    group_set[group_q, group_string] = set_of_group  # the last column: tokens never allowed
-    string_class, representatives = token_classes(lambda states: group_set[states], lexer.num_states)
+    # Strings whose outcome sets agree in every lexer state form a class. The (state, string)
+    # table of sets is sparse (EMPTY_SET = 0 elsewhere), so its columns are hashed from the groups;
+    # the last column stands for tokens never allowed.
+    multipliers = hash_multipliers(lexer.num_states)
+    hashes = np.zeros((len(multipliers), len(spelled.strings) + 1), np.uint64)
+    for row, weights in zip(hashes, multipliers):
+        np.add.at(row, group_string, weights[group_q] * set_of_group.astype(np.uint64))
+    string_class, representatives = classes_of_hashes(hashes)
     token_class = np.full(vocab.logits_width, string_class[-1], np.int32)
     token_class[spelled.token_ids] = string_class[spelled.spelling]
+    column = np.full(len(spelled.strings) + 1, -1, np.int64)
+    column[representatives] = np.arange(len(representatives))
+    chosen = column[group_string] >= 0
+    class_set = np.full((lexer.num_states, len(representatives)), EMPTY_SET, np.int32)
+    class_set[group_q[chosen], column[group_string[chosen]]] = set_of_group[chosen]
 
     return CFGTables(
         lexer=lexer,
@@ -105,7 +115,7 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
         state_outcomes=padded_groups(state_q, state_outcome, lexer.num_states),
         set_members=set_members,
         token_class=token_class,
-        class_set=group_set[:, representatives],
+        class_set=class_set,
     )
 
 

@@ -267,7 +267,7 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
     transitions = np.vstack([dfa.transitions, np.full((1, dfa.transitions.shape[1]), DEAD, np.int32)])
 
     trie = vocabulary_trie(vocab)
-    multipliers = _hash_multipliers(num_states)
+    multipliers = hash_multipliers(num_states)
     node_hashes = live_column_hashes(trie, transitions, multipliers)
     eos_hash = (multipliers * eos_target.astype(np.uint64)).sum(axis=1)
     # Items: the tokens alive from some state (a column of zeros hashes to 0), EOS, and a token
@@ -332,13 +332,14 @@ def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[n
     return mask_rows, row_of_state.astype(np.int32)
 
 
-def _hash_multipliers(num_states: int) -> np.ndarray:
+def hash_multipliers(num_states: int) -> np.ndarray:
     """uint64[2, num_states]: odd random multipliers of two independent 64-bit column hashes."""
     return np.random.default_rng(0).integers(1, 2**63, size=(2, num_states), dtype=np.uint64) | np.uint64(1)
 
 
 def classes_of_hashes(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Group items by their column hashes (uint64[2, N], see `token_classes`).
+    """Group items by their column hashes (uint64[2, N], two independent random linear hashes
+    of a column; equal classes unless both collide, probability ~2^-120).
 
     Returns:
       class_of_item: int32[N]; representatives: int64[C], one item per class.
@@ -347,21 +348,3 @@ def classes_of_hashes(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not (hashes[1] == hashes[1][representatives][class_of_item]).all():
         _, representatives, class_of_item = np.unique(hashes.T, axis=0, return_index=True, return_inverse=True)
     return class_of_item.reshape(-1).astype(np.int32), representatives
-
-
-def token_classes(columns, num_states: int) -> tuple[np.ndarray, np.ndarray]:
-    """Group tokens whose columns (``columns(states)``: the state after each token from each of
-    ``states``) are identical.
-
-    Columns are compared through two independent 64-bit random linear hashes; a collision of
-    both has probability ~2^-120.
-
-    Returns:
-      class_of_token: int32[N], the class of each column; representatives: int64[C], one column
-      per class.
-    """
-    multipliers, table = _hash_multipliers(num_states), columns(np.arange(num_states))
-    hashes = np.zeros((len(multipliers), table.shape[1]), np.uint64)
-    for state, row in enumerate(table):  # a row at a time: numpy's integer matmul is slow
-        hashes += multipliers[:, state, None] * row.astype(np.uint64)
-    return classes_of_hashes(hashes)
