@@ -7,15 +7,23 @@ language.
 
 Keywords in a schema without ``type`` apply only to values of their own type, as the
 specification says. ``allOf`` (and keywords beside ``$ref``) are merged keyword by keyword;
-``anyOf``/``oneOf`` distribute over the rest of the schema; ``if``/``then``/``else`` is
-``(if and then) or (not if and else)``; ``not`` is a complement per JSON type, where the
-complement is regular.
+``anyOf`` distributes over the rest of the schema; ``oneOf`` too, each branch without the values
+of the other branches it may share; ``if``/``then``/``else`` is ``(if and then) or (not if and
+else)``.
+
+``not`` and the exclusions of ``oneOf`` are differences taken type by type where they are exact:
+scalars on their canonical spellings (one per value), arrays and objects by schema (the
+conjunction with each way of failing the excluded schema), so that key order, optional members
+and layout do not matter. Where that needs more than JSON Schema keywords can say, ``not`` is
+refused and ``oneOf`` is compiled as ``anyOf`` for that type, with a warning.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import decimal
+import functools
 import itertools
 import json
 import warnings
@@ -32,11 +40,15 @@ from ananke_jax._src.json_schema.layout import Layout
 from ananke_jax._src.json_schema.refs import Resolver, child
 
 TYPES = ("null", "boolean", "number", "string", "array", "object")
+_ANY_OF = "anyOf*"  # in a flattened schema: a list of branch lists, one value of each applies
+_OTHERS = "oneOf others*"  # in a flattened schema: other oneOf branches, whose values it excludes
+_NEGATIONS = ("not", _OTHERS)
+MAX_NESTED_NEGATIONS = 8  # negations inside negated schemas; a recursive schema nests them forever
 _ANNOTATIONS = frozenset(
     ["$schema", "$id", "$anchor", "$comment", "$defs", "definitions", "$vocabulary", "$dynamicAnchor", "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema"]
 )
 _ASSERTIONS = frozenset(
-    ["type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "items", "prefixItems", "minItems", "maxItems", "contains", "minContains", "maxContains", "anyOf", "oneOf", "allOf", "not", "if", "then", "else", "$ref"]
+    ["type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "items", "prefixItems", "minItems", "maxItems", "contains", "minContains", "maxContains", "anyOf", "oneOf", "allOf", "not", "if", "then", "else", "$ref", _OTHERS]
 )
 # Keywords that cannot be compiled, and what strict=False does with them.
 _UNSUPPORTED = {
@@ -51,9 +63,16 @@ _UNSUPPORTED = {
     "additionalItems": "ignored",
 }
 MAX_PATTERN_PROPERTIES = 6  # key regions are the 2**n combinations of pattern matches
-_ANY_OF = "anyOf*"  # in a flattened schema: a list of branch lists, one value of each applies
 _MEMBER_KEYWORDS = frozenset(("items", "prefixItems", "properties", "patternProperties", "additionalProperties"))
 _RAW = frozenset(("$ref", "allOf", "anyOf", "oneOf", "if", "then", "else"))
+
+
+class _Irregular(Exception):
+    """A difference of languages that cannot be compiled exactly."""
+
+
+class _Cycle(SchemaError):
+    """A ``$ref`` cycle that consumes no input."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +101,7 @@ class SchemaCompiler:
         self.max_depth = max_depth
         self.bodies: dict[str, rx.Node | None] = {}
         self._key_patterns: dict[str, ByteDFA] = {}
+        self._negating = 0  # nesting of the differences being compiled
 
     # --- rules -------------------------------------------------------------------------------
 
@@ -120,13 +140,19 @@ class SchemaCompiler:
         flat = self.flatten(schema, pointer)
         if flat is False:
             return rx.NOTHING
-        branches = flat.pop(_ANY_OF, [])
-        if len(branches) == 1 and not set(flat) & _ASSERTIONS:  # keep each branch's own rules
-            return rx.alt(*[self.value(b, pointer, depth) for b in branches[0]])
-        if branches:
-            combos = itertools.product(*branches)
-            return rx.alt(*[self.value(self.merge([flat, *combo], pointer), pointer, depth) for combo in combos])
-        return rx.alt(*self.typed(flat, pointer, depth).values())
+        alternatives = flat.get(_ANY_OF, [])
+        if len(alternatives) == 1 and not set(flat) & _ASSERTIONS:  # keep each branch's own rules
+            return rx.alt(*[self.value(b, pointer, depth) for b in alternatives[0]])
+        return rx.alt(*[node for b in self.branches(flat, pointer) for node in self.typed(b, pointer, depth).values()])
+
+    def branches(self, flat: dict, pointer: str):
+        """The conjunctions that the flattened ``flat`` is the union of: one per choice of a branch
+        in each of its anyOf lists (flattened, without `_ANY_OF`)."""
+        rest = {k: v for k, v in flat.items() if k != _ANY_OF}
+        for combo in itertools.product(*flat.get(_ANY_OF, [])):
+            merged = self.merge([rest, *combo], pointer)
+            if merged is not False:
+                yield from self.branches(merged, pointer) if _ANY_OF in merged else [merged]
 
     def flatten(self, schema, pointer: str, _seen=()):
         """``schema`` without ``$ref``, ``allOf``, ``anyOf``, ``oneOf`` and ``if``: one merged
@@ -143,17 +169,34 @@ class SchemaCompiler:
         if ref is not None:
             target = self.resolver.resolve(ref, pointer)
             if target in _seen:
-                raise SchemaError("a $ref cycle that consumes no input", keyword="$ref", pointer=pointer)
+                raise _Cycle("a $ref cycle that consumes no input", keyword="$ref", pointer=pointer)
             parts.append(self.flatten(self.resolver.get(target), target, (*_seen, target)))
         for i, sub in enumerate(schema.get("allOf", [])):
             parts.append(self.flatten(sub, child(pointer, "allOf", i), _seen))
-        any_of = [[*schema.get(key)] for key in ("anyOf", "oneOf") if key in schema]
+        any_of = [[*schema["anyOf"]]] if "anyOf" in schema else []
+        if "oneOf" in schema:
+            any_of.append(self.exactly_one(schema["oneOf"], pointer, (*_seen, pointer)))
         if "if" in schema and ("then" in schema or "else" in schema):
             condition = schema["if"]
             any_of.append([{"allOf": [condition, schema.get("then", True)]}, {"allOf": [{"not": condition}, schema.get("else", True)]}])
         if any_of:
             parts.append({_ANY_OF: any_of})
         return self.merge(parts, pointer)
+
+    def exactly_one(self, branches: list, pointer: str, seen: tuple) -> list:
+        """The ``oneOf`` ``branches`` as alternatives, each excluding the others it may overlap
+        (see `disjoint`). A branch that leads back here without consuming input excludes
+        nothing: that ``oneOf`` is compiled as ``anyOf``, with a warning."""
+        try:
+            flat = [self.flatten(b, child(pointer, "oneOf", i), seen) for i, b in enumerate(branches)]
+        except _Cycle:
+            warnings.warn(f"'oneOf' at {pointer} is compiled as 'anyOf': a branch refers back to it", stacklevel=5)
+            return [*branches]
+        out = []
+        for i, b in enumerate(branches):
+            others = [c for j, c in enumerate(branches) if j != i and flat[i] is not False and flat[j] is not False and not all(self.disjoint(flat[i], flat[j], t, pointer) for t in TYPES)]
+            out.append({"allOf": [b], _OTHERS: {"anyOf": others}} if others else b)
+        return out
 
     def check_keywords(self, schema: dict, pointer: str) -> None:
         for key, relaxation in _UNSUPPORTED.items():
@@ -251,31 +294,157 @@ class SchemaCompiler:
             "object": lambda: self.object(s, pointer, depth),
         }
         out = {t: builders[t]() for t in TYPES if t in declared}
-        if "not" in s:
-            out = self.subtract(out, s["not"], child(pointer, "not"), depth)
+        if set(_NEGATIONS) & set(s):
+            out = {t: self.excluding(s, t, node, pointer, depth) for t, node in out.items()}
         return {t: node for t, node in out.items() if node != rx.NOTHING}
 
-    def subtract(self, out: dict[str, rx.Node], negated, pointer: str, depth: int) -> dict[str, rx.Node]:
-        """``out`` minus the values ``negated`` accepts, type by type."""
-        flat = self.flatten(negated, pointer)
-        if flat is False:
-            return out
-        rest = {k: v for k, v in flat.items() if k != _ANY_OF}
-        for combo in itertools.product(*flat.get(_ANY_OF, [])):
-            branch = self.merge([rest, *combo], pointer)
-            if branch is False:
+    # --- differences ----------------------------------------------------------------------------
+
+    def excluding(self, s: dict, t: str, node: rx.Node, pointer: str, depth: int) -> rx.Node:
+        """``node``, the type-``t`` values of ``s`` without its negations, minus those of its
+        ``not`` and of the oneOf branches it excludes. Where that cannot be exact, the oneOf
+        exclusions are dropped with a warning, then ``not`` is `unsupported`; inside another
+        difference, that one fails instead."""
+        rules = set(self.bodies)
+        try:
+            return self.difference(s, t, node, [s[k] for k in _NEGATIONS if k in s], pointer, depth)
+        except _Irregular as e:
+            if self._negating:
+                raise
+            for name in set(self.bodies) - rules:  # compiled in the failed attempt, maybe half
+                del self.bodies[name]
+            if _OTHERS in s:
+                warnings.warn(f"'oneOf' at {pointer} is compiled as 'anyOf' for {t} values: {e}", stacklevel=2)
+                return self.excluding({k: v for k, v in s.items() if k != _OTHERS}, t, node, pointer, depth)
+            self.unsupported("not", str(e), child(pointer, "not"))
+            return node
+
+    def difference(self, s: dict, t: str, node: rx.Node, negated: list, pointer: str, depth: int) -> rx.Node:
+        """``node`` minus the type-``t`` values of the ``negated`` schemas (see `excluding`).
+
+        Raises:
+          _Irregular: the difference needs more than JSON Schema keywords can say.
+        """
+        rest = {k: v for k, v in s.items() if k not in _NEGATIONS}
+        container = t in ("array", "object")
+        original = cases = [self.merge([self.explicit(rest), {"type": t}], pointer)] if container else []
+        with self.negating():
+            for flat in [self.flatten(x, pointer) for x in negated]:
+                for b in [] if flat is False else self.branches(flat, pointer):
+                    if t not in _types(b):
+                        continue
+                    if not _constrains(b, t):
+                        return rx.NOTHING
+                    if container:
+                        cases = [m for c in cases for v in self.failures(c, b, t, pointer) if (m := self.merge([c, v], pointer)) is not False]
+                    elif not self.disjoint(rest, b, t, pointer):
+                        excluded = self.typed(self.merge([b, {"type": t}], pointer), pointer, depth).get(t, rx.NOTHING)
+                        node = _automaton(rx.difference(rx.intersect(rx.to_dfa(node), _canonical(t)), rx.to_dfa(excluded)))
+            if cases != original:
+                node = rx.alt(*[self.value(c, pointer, depth) for c in cases])
+        return node
+
+    @contextlib.contextmanager
+    def negating(self):
+        """Count one more difference being compiled inside the others (see `unsupported`)."""
+        if self._negating >= MAX_NESTED_NEGATIONS:
+            raise _Irregular(f"negations nested more than {MAX_NESTED_NEGATIONS} deep (a recursive schema)")
+        self._negating += 1
+        try:
+            yield
+        finally:
+            self._negating -= 1
+
+    def failures(self, a: dict, b: dict, t: str, pointer: str) -> list[dict]:
+        """Schemas whose conjunctions with ``a`` hold, together, the values of type ``t`` (array or
+        object) of ``a`` that ``b`` rejects. Each is one way of failing ``b`` and the negation of
+        the ways before it where a keyword can say so: disjoint languages keep the automaton of
+        their union small (overlapping ones make it track every subset of them).
+
+        Raises:
+          _Irregular: some way of failing ``b`` is not a JSON Schema.
+        """
+        if self.disjoint(a, b, t, pointer):
+            return [{}]
+        if {"enum", "const"} & set(b):
+            raise _Irregular(f"enum or const of {t} values")
+        negated = [self.flatten(b[k], pointer) for k in _NEGATIONS if k in b]  # failing "not x": x
+        ways = [(self.explicit(x), {"not": x}) for flat in negated if flat is not False for x in self.branches(flat, pointer)]
+        ways += (self.object_failures if t == "object" else self.array_failures)(a, b, pointer)
+        return [{"allOf": [fail, *[hold for _, hold in ways[:i] if hold is not None]]} for i, (fail, _) in enumerate(ways)]
+
+    def object_failures(self, a: dict, b: dict, pointer: str) -> list[tuple[dict, dict]]:
+        """(fail, hold) pairs for `failures`: a way of failing ``b``, and its negation."""
+        required = a.get("required", [])
+        out = []
+        for r in b.get("required", []):
+            if not self.can_have(a, r, pointer):
+                return [({}, None)]  # every object of a fails b
+            if r not in required:
+                out.append(({"properties": {r: False}}, {"required": [r]}))
+        out += [({"maxProperties": n - 1}, {"minProperties": n}) for n in [max(_counts(b, "minProperties", pointer) or [0])] if n]
+        out += [({"minProperties": n + 1}, {"maxProperties": n}) for n in [min(_counts(b, "maxProperties", pointer) or [-1])] if n >= 0]
+        names = self.key_names(b, pointer)
+        others = self.additional(b)
+        for k in dict.fromkeys([*a.get("properties", {}), *required, *b.get("properties", {}), *b.get("required", [])]):
+            if not self.can_have(a, k, pointer):
                 continue
-            excluded = self.typed(branch, pointer, depth)
-            for t, node in excluded.items():
-                if t not in out:
-                    continue
-                if not _constrains(branch, t):
-                    del out[t]
-                elif is_regular(out[t]) and is_regular(node):
-                    out[t] = _automaton(rx.difference(rx.to_dfa(out[t]), rx.to_dfa(node)))
-                else:
-                    self.unsupported("not", "the complement of these constraints is not regular", pointer)
+            schemas = self.key_schemas(b.get("properties", {}), b.get("patternProperties", {}), others, k, pointer)
+            if names is not None and not names.accepts(strings.spelling(k).encode()):
+                out.append(({"required": [k]}, {"properties": {k: False}}))
+            elif not all(map(_trivial, schemas)):
+                out.append(({"required": [k], "properties": {k: {"not": {"allOf": schemas}}}}, {"properties": {k: {"allOf": schemas}}}))
+        if (a.get("patternProperties") or a["additionalProperties"] is not False) and (b.get("patternProperties") or not _trivial(others) or names is not None):
+            raise _Irregular("the keys that neither schema names would need 'some member' constraints")
         return out
+
+    def array_failures(self, a: dict, b: dict, pointer: str) -> list[tuple[dict, dict | None]]:
+        """(fail, hold) pairs for `failures`; no hold for a ``contains`` (two cannot be merged)."""
+        out = [({"maxItems": n - 1}, {"minItems": n}) for n in [max(_counts(b, "minItems", pointer) or [0])] if n]
+        out += [({"minItems": n + 1}, {"maxItems": n}) for n in [min(_counts(b, "maxItems", pointer) or [-1])] if n >= 0]
+        prefix = b.get("prefixItems", [])
+        out += [({"minItems": i + 1, "prefixItems": [True] * i + [{"not": p}]}, {"prefixItems": [True] * i + [p]}) for i, p in enumerate(prefix) if not _trivial(p)]
+        tail = self.items(b)
+        if tail is False:
+            out.append(({"minItems": len(prefix) + 1}, {"maxItems": len(prefix)}))
+        elif not _trivial(tail):
+            if prefix:
+                raise _Irregular("items after prefixItems would need 'some later item' constraints")
+            out.append(({"contains": {"not": tail}}, {"items": tail}))
+        if "contains" in b:
+            at_least, at_most = max(_counts(b, "minContains", pointer) or [1]), _counts(b, "maxContains", pointer)
+            out += [({"contains": b["contains"], "minContains": 0, "maxContains": at_least - 1}, None)] if at_least else []
+            out += [({"contains": b["contains"], "minContains": min(at_most) + 1}, None)] if at_most else []
+        if "contains" in a and any("contains" in fail for fail, _ in out):
+            raise _Irregular("two contains keywords")
+        return out
+
+    def can_have(self, a: dict, key: str, pointer: str) -> bool:
+        """Whether objects of ``a`` (with explicit additionalProperties) may have ``key``."""
+        return False not in self.key_schemas(a.get("properties", {}), a.get("patternProperties", {}), a["additionalProperties"], key, pointer)
+
+    def disjoint(self, a: dict, b: dict, t: str, pointer: str) -> bool:
+        """Whether no value of type ``t`` satisfies both flattened schemas, judged cheaply (False
+        when unsure) by their types, enum and const values, and for objects the values of the
+        properties both require (a discriminator)."""
+        if t not in _types(a) & _types(b):
+            return True
+        va, vb = _values(a), _values(b)
+        if va is not None and vb is not None and not any(_json_equal(x, y) for x in va for y in vb):
+            return True
+        if t == "object":
+            for k in set(a.get("required", ())) & set(b.get("required", ())):
+                pair = [self.member_schema(x, k, pointer) for x in (a, b)]
+                if None not in pair:
+                    fa, fb = (self.flatten(x, pointer) for x in pair)
+                    if fa is False or fb is False or all(self.disjoint(fa, fb, u, pointer) for u in TYPES):
+                        return True
+        return False
+
+    def explicit(self, s: dict) -> dict:
+        """``s`` with the defaults of ``additionalProperties`` and ``items`` written out, so that
+        merging it with other schemas keeps its objects and arrays closed (or open)."""
+        return {**s, "additionalProperties": self.additional(s), "items": self.items(s)}
 
     def enum(self, s: dict, pointer: str, depth: int, declared: set[str]) -> dict[str, rx.Node]:
         values = [s["const"]] if "const" in s else s["enum"]
@@ -350,9 +519,14 @@ class SchemaCompiler:
         his = _counts(s, "maxLength", pointer)
         return strings.string_body(lo, min(his) if his else None, values)
 
+    def items(self, s: dict):
+        """The schema of the items after ``prefixItems``: ``items``, else closed after a prefix
+        unless allow_additional is set."""
+        return s.get("items", bool(self.allow_additional or not s.get("prefixItems")))
+
     def array(self, s: dict, pointer: str, depth: int) -> rx.Node:
         prefix = s.get("prefixItems", [])
-        items_schema = s.get("items", bool(self.allow_additional or not prefix))
+        items_schema = self.items(s)
         tail = self.value(items_schema, child(pointer, "items"), depth + 1)
         items = [self.value(p, child(pointer, "prefixItems", i), depth + 1) for i, p in enumerate(prefix)]
         lo = max(_counts(s, "minItems", pointer) or [0])
@@ -408,9 +582,7 @@ class SchemaCompiler:
         patterns = s.get("patternProperties", {})
         if len(patterns) > MAX_PATTERN_PROPERTIES:
             raise SchemaError(f"more than {MAX_PATTERN_PROPERTIES} patternProperties", keyword="patternProperties", pointer=pointer)
-        # Objects whose keys the schema describes are closed unless allow_additional is set.
-        described = "properties" in s or "patternProperties" in s or "required" in s
-        additional = s.get("additionalProperties", self.allow_additional or not described)
+        additional = self.additional(s)
         names = self.key_names(s, pointer)
         colon, comma = self.layout.colon(), self.layout.comma(depth)
 
@@ -455,6 +627,12 @@ class SchemaCompiler:
         may_be_empty = lo == 0 and not any(needed for _, needed in declared)
         return self.layout.container("{}", first(0), may_be_empty, depth)
 
+    def additional(self, s: dict):
+        """The schema of the members ``s`` does not name: ``additionalProperties``, else any value,
+        but none where ``s`` describes its keys and allow_additional is not set."""
+        described = "properties" in s or "patternProperties" in s or "required" in s
+        return s.get("additionalProperties", self.allow_additional or not described)
+
     def key_names(self, s: dict, pointer: str):
         """The DFA of key spellings allowed by ``propertyNames`` (None: no constraint)."""
         if "propertyNames" not in s:
@@ -488,6 +666,8 @@ class SchemaCompiler:
         return rx.alt(*regions)
 
     def unsupported(self, keyword: str, why: str, pointer: str) -> None:
+        if self._negating:
+            raise _Irregular(f"{keyword!r} at {pointer}: {why}")
         if self.strict:
             raise SchemaError(f"cannot compile {keyword!r}: {why}", keyword=keyword, pointer=pointer)
         warnings.warn(f"{keyword!r} at {pointer} is ignored: {why}", stacklevel=4)
@@ -517,7 +697,7 @@ def _merge_keyword(key: str, a, b, pointer: str):
         return [*_as_list(a), *_as_list(b)]
     if key == "propertyNames":
         return {"allOf": [a, b]}
-    if key == "not":
+    if key in _NEGATIONS:
         return {"anyOf": [a, b]}
     if key == _ANY_OF:
         return [*a, *b]
@@ -554,9 +734,34 @@ _TYPE_KEYWORDS = {
 def _constrains(s: dict, t: str) -> bool:
     """Whether the flattened schema ``s`` rejects some values of type ``t`` that it does not
     exclude by ``type`` alone."""
-    if {"enum", "const", "not", _ANY_OF} & set(s) or _TYPE_KEYWORDS[t] & set(s):
+    if {"enum", "const", *_NEGATIONS, _ANY_OF} & set(s) or _TYPE_KEYWORDS[t] & set(s):
         return True
     return t == "number" and "integer" in _type_set(s.get("type", ())) and "number" not in _type_set(s.get("type", ()))
+
+
+def _types(s: dict) -> set[str]:
+    """The JSON types of the values the flattened schema ``s`` may accept ("integer": "number")."""
+    types = {"number" if t == "integer" else t for t in _type_set(s.get("type", TYPES))}
+    values = _values(s)
+    return types if values is None else types & {_type_of(v) for v in values}
+
+
+def _values(s: dict) -> list | None:
+    """The values ``s`` lists in ``const`` or ``enum`` (None: no list)."""
+    return [s["const"]] if "const" in s else s.get("enum")
+
+
+def _trivial(s) -> bool:
+    """Whether the schema ``s`` holds every value, plainly (True, or no assertion)."""
+    return s is True or (isinstance(s, dict) and not set(s) & _ASSERTIONS)
+
+
+@functools.cache
+def _canonical(t: str) -> ByteDFA:
+    """The DFA of the canonical spellings of the scalars of type ``t``: one per value."""
+    nodes = {"null": rx.Text("null"), "boolean": rx.alt(rx.Text("true"), rx.Text("false"))}
+    nodes.update(number=numbers.CANONICAL, string=strings.quoted(rx.star(strings.CANONICAL_UNIT)))
+    return rx.to_dfa(nodes[t])
 
 
 def _type_set(t) -> set[str]:

@@ -21,6 +21,12 @@ _NONZERO = rx.chars("19")
 _FRACTION = rx.seq(rx.Text("."), rx.repeat(DIGIT, 1, None))
 _EXPONENT = rx.seq(rx.chars("e", "E"), rx.optional(rx.chars("+", "-")), rx.repeat(DIGIT, 1, None))
 MAX_MULTIPLE_OF = 10_000  # remainders tracked by the multipleOf automaton
+# One spelling per value, where languages are compared: no exponent, no trailing zero in the
+# fraction, no "-0".
+CANONICAL = rx.alt(
+    rx.Text("0"),
+    rx.seq(rx.optional(rx.Text("-")), rx.alt(rx.seq(rx.Text("0."), DIGITS, _NONZERO), rx.seq(_NONZERO, DIGITS, rx.optional(rx.seq(rx.Text("."), DIGITS, _NONZERO))))),
+)
 
 
 def json_number(*, integer: bool) -> rx.Node:
