@@ -161,6 +161,26 @@ def test_optional_properties_keep_schema_order_and_may_be_omitted():
     assert spec.accepts(b'{"c":1,"e":{"x":[1]}}') and not spec.accepts(b'{"c":1,"a":1}')
 
 
+@pytest.mark.parametrize("bounds", [{}, {"minProperties": 1}, {"minProperties": 3, "maxProperties": 5}])
+def test_many_optional_properties_compile_and_match_jsonschema(bounds):
+    """Sixteen optional properties (the members once took 2^n NFA copies and failed past 11):
+    random subsets, in schema order or shuffled, and with an extra key, against jsonschema."""
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(16)}, "additionalProperties": False, **bounds}
+    rules = json_schema_rules(schema, whitespace="compact")
+    dfa = rx.to_dfa(inline(rules, set())[rules.start])
+    rng = random.Random(len(bounds))
+    for _ in range(300):
+        keys = [f"p{i}" for i in range(16) if rng.random() < rng.choice([0.1, 0.3, 0.7])]
+        if rng.random() < 0.2:
+            rng.shuffle(keys)
+        if rng.random() < 0.1:
+            keys.insert(rng.randrange(len(keys) + 1), "q")
+        value = {k: rng.randrange(100) for k in keys}
+        in_order = list(value) == sorted(value, key=lambda k: (k == "q", int(k[1:]) if k != "q" else 0))
+        expected = jsonschema.Draft202012Validator(schema).is_valid(value) and in_order
+        assert _accepts(dfa, json.dumps(value, separators=(",", ":"))) == expected, value
+
+
 def test_grammar_text_is_accepted_by_lark_and_the_gbnf_front_end():
     for name, schema in [("tree", RECURSIVE["tree"]), ("with_defs", REGULAR["with_defs"])]:
         value = {"value": 1, "children": [{"value": 2, "children": []}]} if name == "tree" else VALUES["with_defs"][0]

@@ -613,8 +613,12 @@ class SchemaCompiler:
                     after_memo[key] = rx.repeat(rx.seq(comma, extra), max(lo - count, 0), None if hi is None else hi - count)
                 else:
                     node, needed = declared[i]
-                    written = rx.seq(comma, node, after(i + 1, count + 1))
-                    after_memo[key] = written if needed else rx.alt(written, after(i + 1, count))
+                    if needed:
+                        after_memo[key] = rx.seq(comma, node, after(i + 1, count + 1))
+                    elif count == cap and hi is None:  # writing it counts for nothing more
+                        after_memo[key] = rx.seq(rx.repeat(rx.seq(comma, node), 0, 1), after(i + 1, count))
+                    else:
+                        after_memo[key] = rx.alt(rx.seq(comma, node, after(i + 1, count + 1)), after(i + 1, count))
             return after_memo[key]
 
         def first(i: int) -> rx.Node:  # members i.. with none written yet, at least one to come
