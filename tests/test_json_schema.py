@@ -259,6 +259,9 @@ def test_bad_input_is_refused_clearly(sentencepiece_vocab):
         aj.compile_json_schema({"allOf": [{"type": "string"}, {"type": "integer"}]}, sentencepiece_vocab)
     with pytest.raises(aj.SchemaError, match="cycle"):
         aj.compile_json_schema({"$defs": {"a": {"$ref": "#/$defs/a", "type": "string"}}, "$ref": "#/$defs/a", "minLength": 1}, sentencepiece_vocab)
+    for schema in ({"type": "object", "anyOf": [{"$ref": "#"}, {"required": ["a"]}]}, {"type": "object", "properties": {"a": {}}, "anyOf": [{"$ref": "#"}]}):
+        with pytest.raises(aj.SchemaError, match="cycle"):  # once a RecursionError
+            aj.compile_json_schema(schema, sentencepiece_vocab)
     with pytest.raises(aj.SchemaError, match="whitespace"):
         aj.compile_json_schema({"type": "string"}, sentencepiece_vocab, whitespace="wide")
     with warnings.catch_warnings():

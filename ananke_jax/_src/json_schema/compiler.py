@@ -71,6 +71,10 @@ class _Irregular(Exception):
     """A difference of languages that cannot be compiled exactly."""
 
 
+# Expansions of anyOf branches within anyOf branches (through $ref) before a cycle is assumed.
+MAX_ANY_OF_NESTING = 32
+
+
 class _Cycle(SchemaError):
     """A ``$ref`` cycle that consumes no input."""
 
@@ -145,14 +149,16 @@ class SchemaCompiler:
             return rx.alt(*[self.value(b, pointer, depth) for b in alternatives[0]])
         return rx.alt(*[node for b in self.branches(flat, pointer) for node in self.typed(b, pointer, depth).values()])
 
-    def branches(self, flat: dict, pointer: str):
+    def branches(self, flat: dict, pointer: str, nesting: int = 0):
         """The conjunctions that the flattened ``flat`` is the union of: one per choice of a branch
         in each of its anyOf lists (flattened, without `_ANY_OF`)."""
+        if nesting > MAX_ANY_OF_NESTING:  # a branch that leads back to the schema keeps expanding
+            raise _Cycle(f"a $ref cycle that consumes no input (anyOf branches expand more than {MAX_ANY_OF_NESTING} levels deep)", keyword="$ref", pointer=pointer)
         rest = {k: v for k, v in flat.items() if k != _ANY_OF}
         for combo in itertools.product(*flat.get(_ANY_OF, [])):
             merged = self.merge([rest, *combo], pointer)
             if merged is not False:
-                yield from self.branches(merged, pointer) if _ANY_OF in merged else [merged]
+                yield from self.branches(merged, pointer, nesting + 1) if _ANY_OF in merged else [merged]
 
     def flatten(self, schema, pointer: str, _seen=()):
         """``schema`` without ``$ref``, ``allOf``, ``anyOf``, ``oneOf`` and ``if``: one merged
