@@ -9,6 +9,7 @@ string with only length bounds, or none, may use any JSON escape.
 
 from __future__ import annotations
 
+import functools
 import json
 
 from ananke_jax._src.compile import regex_ast as rx
@@ -72,12 +73,18 @@ def string_body(min_length: int, max_length: int | None, values: list[rx.Node]) 
     that lie in every language of ``values`` (spelled canonically when there is any)."""
     if not values:
         return rx.repeat(ANY_UNIT, min_length, max_length)
-    dfas = [rx.to_dfa(spelled(v)) for v in values]
+    if len(values) == 1 and (min_length, max_length) == (0, None):
+        return spelled(values[0])
+    dfas = [spelled_dfa(v) for v in values]
     if (min_length, max_length) != (0, None):
         dfas.append(rx.to_dfa(rx.repeat(CANONICAL_UNIT, min_length, max_length)))
-    if len(dfas) == 1:
-        return spelled(values[0])
     dfa = dfas[0]
     for other in dfas[1:]:
         dfa = rx.intersect(dfa, other)
     return rx.Automaton(dfa) if dfa.start else rx.NOTHING
+
+
+@functools.lru_cache(maxsize=64)
+def spelled_dfa(value: rx.Node):
+    """The minimal DFA of `spelled` ``value``, kept per process (formats recur across schemas)."""
+    return rx.to_dfa(spelled(value))
