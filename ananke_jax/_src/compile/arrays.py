@@ -11,11 +11,17 @@ def sorted_unique(keys: np.ndarray) -> np.ndarray:
     return keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
 
 
+def concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """int64[sum(lengths)]: ``starts[i] + arange(lengths[i])`` for every i, concatenated."""
+    ends = np.cumsum(lengths)
+    return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - lengths - starts, lengths)
+
+
 def padded_groups(keys: np.ndarray, values: np.ndarray, num_keys: int) -> np.ndarray:
     """int32[num_keys, P]: the values of each key (input sorted by key), padded with -1."""
     counts = np.bincount(keys, minlength=num_keys)
     out = np.full((num_keys, max(1, int(counts.max(initial=0)))), -1, np.int32)
-    rank = np.arange(len(keys)) - np.repeat(np.cumsum(counts) - counts, counts)
+    rank = concatenated_ranges(np.zeros(num_keys, np.int64), counts)
     out[keys, rank] = values
     return out
 

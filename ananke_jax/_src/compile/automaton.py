@@ -258,6 +258,16 @@ def minimise(class_table: np.ndarray, accepting: np.ndarray, *, start: int, byte
     return ByteDFA(table[:, byte_class].astype(np.int32), dfa_accepting, int(block[start]))
 
 
+def byte_classes(transitions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bytes that act alike in every state of ``transitions`` [S, 256] (stack several
+    automata to share classes): int64[256], the class of each byte, and int64[K], one byte of
+    each class (its lowest)."""
+    byte_class = row_groups(transitions.T)
+    first_byte = np.zeros(int(byte_class.max()) + 1, np.int64)
+    first_byte[byte_class[::-1]] = np.arange(255, -1, -1)
+    return byte_class, first_byte
+
+
 def row_groups(rows: np.ndarray) -> np.ndarray:
     """int64[N]: equal rows of ``rows`` [N, K] get equal ids, numbered in lexicographic row order.
 

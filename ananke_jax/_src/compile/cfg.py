@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from ananke_jax._src.compile.arrays import (
+    concatenated_ranges,
     pack_bits,
     padded_groups,
     sorted_unique,
@@ -176,7 +177,7 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], 
         lo = np.searchsorted(keys, parents.astype(np.int64) << node_shift)
         hi = np.searchsorted(keys, (parents.astype(np.int64) + 1) << node_shift)
         counts = hi - lo
-        pick = np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(counts.sum())
+        pick = concatenated_ranges(lo, counts)
         child, label, row = np.repeat(children << node_shift, counts), np.repeat(labels, counts), keys[pick]
         lex = (row >> lex_shift) & state_mask
         kept = row & ((state_mask << q_shift) | seq_mask)  # source state and sequence

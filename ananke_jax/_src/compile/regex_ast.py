@@ -26,8 +26,8 @@ from ananke_jax._src.compile.automaton import (
     Fragment,
     NFABuilder,
     determinise,
+    byte_classes,
     minimise,
-    row_groups,
 )
 from ananke_jax._src.errors import GrammarError
 
@@ -222,9 +222,7 @@ def difference(a: ByteDFA, b: ByteDFA) -> ByteDFA:
 def _product(a: ByteDFA, b: ByteDFA, accept) -> ByteDFA:
     """The minimal DFA of the reachable pairs of states, accepting per ``accept``, built one
     breadth-first level at a time over the byte classes of both automata."""
-    byte_class = row_groups(np.vstack([a.transitions, b.transitions]).T)
-    first_byte = np.zeros(int(byte_class.max()) + 1, np.int64)
-    first_byte[byte_class[::-1]] = np.arange(255, -1, -1)
+    byte_class, first_byte = byte_classes(np.vstack([a.transitions, b.transitions]))
     moves_a, moves_b = a.transitions[:, first_byte].astype(np.int64), b.transitions[:, first_byte].astype(np.int64)
     width = b.num_states
     # A pair is the key x * width + y; no string through x = DEAD is in a, so (DEAD, y) is DEAD.

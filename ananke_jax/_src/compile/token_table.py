@@ -14,8 +14,8 @@ import functools
 
 import numpy as np
 
-from ananke_jax._src.compile.arrays import pack_bits
-from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
+from ananke_jax._src.compile.arrays import concatenated_ranges, pack_bits
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, row_groups
 from ananke_jax._src.vocab import Vocabulary
 
 # Mask rows are built from (word, class) pairs when they number under 1/_SPARSE_ROWS_FACTOR of
@@ -72,7 +72,7 @@ def build_trie(tokens: list[bytes], ids: list[int]) -> TokenTrie:
     padded = np.zeros((len(tokens), width), np.uint8)
     flat = np.frombuffer(b"".join(tokens), np.uint8)
     rows = np.repeat(np.arange(len(tokens)), lengths)
-    cols = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    cols = concatenated_ranges(np.zeros(len(tokens), np.int64), lengths)
     padded[rows, cols] = flat
     # Longest common prefix with the previous token in sorted order.
     differs = padded[1:] != padded[:-1]
@@ -118,12 +118,6 @@ def walk_tokens(trie: TokenTrie, transitions: np.ndarray, starts: np.ndarray) ->
         node_states[:, offset : offset + n] = flat.take(node_states[:, parents] * alphabet + labels)
         offset += n
     return node_states[:, trie.token_nodes]
-
-
-def _concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """int64[sum(lengths)]: ``starts[i] + arange(lengths[i])`` for every i, concatenated."""
-    ends = np.cumsum(lengths)
-    return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - lengths - starts, lengths)
 
 
 def live_column_hashes(trie: TokenTrie, transitions: np.ndarray, multipliers: np.ndarray) -> np.ndarray:
@@ -172,13 +166,13 @@ def _live_hash_terms(trie: TokenTrie, transitions: np.ndarray, multipliers: np.n
     for parents, labels in zip(trie.parents, trie.labels):
         first_child = np.searchsorted(parents, nodes)
         num_children = np.searchsorted(parents, nodes, side="right") - first_child
-        child = _concatenated_ranges(first_child, num_children)  # level-local ids, ascending
+        child = concatenated_ranges(first_child, num_children)  # level-local ids, ascending
         step, step_of_child = np.unique(np.repeat(node_function, num_children) * alphabet + labels[child], return_inverse=True)
         parent_function, symbol = step // alphabet, step % alphabet
         if function_length[parent_function].sum() > max(_MAX_PAIRS, len(parents)):
             return None
         # Apply each distinct (function, symbol) step to the function's pairs.
-        pair = _concatenated_ranges(function_start[parent_function], function_length[parent_function])
+        pair = concatenated_ranges(function_start[parent_function], function_length[parent_function])
         step_of_pair = np.repeat(np.arange(len(step)), function_length[parent_function])
         after = flat[current[pair] * alphabet + symbol[step_of_pair]]
         live = np.flatnonzero(after)
@@ -197,7 +191,7 @@ def _live_hash_terms(trie: TokenTrie, transitions: np.ndarray, multipliers: np.n
         nodes, node_function = child[alive] + offset, child_function[alive]
         terms.append((nodes, step_hash[:, representative][:, node_function]))
         lengths = np.diff(pair_start, append=len(step_of_pair))
-        kept = _concatenated_ranges(pair_start[representative], lengths[representative])
+        kept = concatenated_ranges(pair_start[representative], lengths[representative])
         origin, current = origin[kept], current[kept]
         function_length = lengths[representative]
         function_start = np.cumsum(function_length) - function_length
@@ -227,9 +221,7 @@ class Spelling:
 
 def spell_tokens(transitions: np.ndarray, vocab: Vocabulary) -> Spelling:
     """Rewrite the ordinary tokens of ``vocab`` over the byte classes of ``transitions`` [S, 256]."""
-    byte_class = row_groups(transitions.T)
-    first_byte = np.zeros(int(byte_class.max()) + 1, np.int64)
-    first_byte[byte_class[::-1]] = np.arange(255, -1, -1)
+    byte_class, first_byte = byte_classes(transitions)
     ids, tokens = ordinary_token_ids(vocab), vocab.tokens
     translation = bytes(byte_class.astype(np.uint8))  # at most 256 classes
     index: dict[bytes, int] = {}

@@ -274,7 +274,7 @@ class SchemaCompiler:
         """The DFA of the key spellings in which ``pattern`` finds a match."""
         if pattern not in self._key_patterns:
             node = pattern_node(pattern, pointer=child(pointer, "patternProperties", pattern), keyword="patternProperties")
-            self._key_patterns[pattern] = rx.to_dfa(strings.spelled(node))
+            self._key_patterns[pattern] = strings.spelled_dfa(node)
         return self._key_patterns[pattern]
 
     # --- per type -----------------------------------------------------------------------------
