@@ -92,7 +92,7 @@ def test_every_state_mask_matches_the_brute_force_walk(pattern, real_vocab):
 @pytest.mark.parametrize("pattern", [r"[^\n]{0,20}\n", r"(red|green|blue|yellow)", r"[A-Z][a-z]{2,9}( [A-Z][a-z]{2,9}){0,2}"])
 def test_tables_do_not_depend_on_how_the_walk_is_split_or_rows_are_built(pattern, real_vocab, monkeypatch):
     """The trie walk split into single start states (its memory bound) and mask rows built
-    token by token or from (word, class) pairs give the same next states and masks."""
+    token by token or as flips of their neighbours give the same next states and masks."""
     _, vocab, _ = real_vocab
     dfa = regex_to_dfa(pattern)
 
@@ -101,8 +101,8 @@ def test_tables_do_not_depend_on_how_the_walk_is_split_or_rows_are_built(pattern
 
     default = per_state(token_table.token_tables(dfa, vocab))
     monkeypatch.setattr(token_table, "_MAX_PAIRS", 1)
-    for factor in (0, 1 << 30):  # from (word, class) pairs; token by token
-        monkeypatch.setattr(token_table, "_SPARSE_ROWS_FACTOR", factor)
+    for factor in (0, 1 << 30):  # as flips; token by token
+        monkeypatch.setattr(token_table, "_DENSE_ROWS_FACTOR", factor)
         for got, want in zip(per_state(token_table.token_tables(dfa, vocab)), default):
             np.testing.assert_array_equal(got, want)
 

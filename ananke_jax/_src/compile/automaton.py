@@ -7,6 +7,8 @@ prefix can still be completed" is simply ``state != 0``.
 
 from __future__ import annotations
 
+import functools
+
 import dataclasses
 from collections.abc import Callable, Sequence
 
@@ -35,8 +37,6 @@ class NFABuilder:
     def __init__(self):
         self.edges: list[list[tuple[int, int, int]]] = []  # state -> [(lo, hi, target)]
         self.epsilons: list[list[int]] = []
-        # Repetitions build the same class once per copy; its UTF-8 split is computed once.
-        self._utf8: dict[tuple[tuple[int, int], ...], list[utf8.ByteRangeSequence]] = {}
 
     def state(self) -> int:
         if len(self.edges) >= MAX_NFA_STATES:
@@ -68,10 +68,7 @@ class NFABuilder:
 
     def code_points(self, ranges: Sequence[tuple[int, int]]) -> Fragment:
         """Match one code point in ``ranges`` (inclusive pairs), as its UTF-8 bytes."""
-        key = tuple(utf8.normalise(ranges))
-        if key not in self._utf8:
-            self._utf8[key] = [s for lo, hi in key for s in utf8.utf8_sequences(lo, hi)]
-        return self.byte_ranges(self._utf8[key])
+        return self.byte_ranges(_utf8_split(tuple(ranges)))
 
     def literal(self, data: bytes) -> Fragment:
         return self.concat([self.byte_ranges([((b, b),)]) for b in data])
@@ -149,6 +146,13 @@ class ByteDFA:
     def accepts(self, data: bytes) -> bool:
         """Whether ``data`` is in the language (state 0, dead, never accepts)."""
         return bool(self.accepting[self.walk(self.start, data)])
+
+
+@functools.lru_cache(maxsize=4096)
+def _utf8_split(ranges: tuple[tuple[int, int], ...]) -> list[utf8.ByteRangeSequence]:
+    """The UTF-8 byte-range sequences of a class, per process: repetitions and schemas build
+    the same classes over and over."""
+    return [s for lo, hi in utf8.normalise(ranges) for s in utf8.utf8_sequences(lo, hi)]
 
 
 def determinise(builder: NFABuilder, fragment: Fragment) -> ByteDFA:

@@ -18,9 +18,9 @@ from ananke_jax._src.compile.arrays import concatenated_ranges, pack_bits
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, row_groups
 from ananke_jax._src.vocab import Vocabulary
 
-# Mask rows are built from (word, class) pairs when they number under 1/_SPARSE_ROWS_FACTOR of
-# the tokens, else token by token (the per-pair work costs about that much more).
-_SPARSE_ROWS_FACTOR = 4
+# Mask rows are built token by token when the tokens flipped between neighbouring rows number
+# over 1/_DENSE_ROWS_FACTOR of rows x tokens (a flipped token costs about that much more).
+_DENSE_ROWS_FACTOR = 8
 # Upper bound on the (start state, state) pairs of one level of a trie walk, to bound memory.
 _MAX_PAIRS = 1 << 22
 
@@ -42,6 +42,16 @@ class TokenTrie:
     labels: tuple[np.ndarray, ...]
     token_ids: np.ndarray
     token_nodes: np.ndarray
+
+    @functools.cached_property
+    def child_starts(self) -> tuple[np.ndarray, ...]:
+        """Per depth d >= 1, int64[n_{d-1} + 1]: the children of the i-th node of depth d - 1
+        are the nodes ``child_starts[i]:child_starts[i + 1]`` of depth d (level-local ids)."""
+        starts, first, previous = [], 0, 1  # the first id and the number of nodes of depth d - 1
+        for parents in self.parents:
+            starts.append(np.searchsorted(parents, np.arange(first, first + previous + 1)))
+            first, previous = first + previous, len(parents)
+        return tuple(starts)
 
     @property
     def num_nodes(self) -> int:
@@ -120,54 +130,95 @@ def walk_tokens(trie: TokenTrie, transitions: np.ndarray, starts: np.ndarray) ->
     return node_states[:, trie.token_nodes]
 
 
-def live_column_hashes(trie: TokenTrie, transitions: np.ndarray, multipliers: np.ndarray) -> np.ndarray:
-    """Random linear hashes of every trie node's column: the state after its string, from each
-    start state (a function from states to states).
+def token_columns(trie: TokenTrie, transitions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group the strings of a trie by their column: the state after the string, from each state.
 
     The walk goes level by level over the live nodes only, and computes each distinct function
     once: a child's function is its parent's followed by one symbol, so children whose parents
     have equal functions and whose symbols agree share one (all two-letter words inside a free
-    string, say). A function is stored as its live (start state, state) pairs.
+    string, say). A function is kept as its live (start state, state) pairs, and functions are
+    told apart by random linear hashes of those pairs.
 
     Args:
       trie: a `TokenTrie` over the alphabet of ``transitions``.
       transitions: int32[S, A] (state 0 dead and absorbing).
-      multipliers: uint64[H, S], one random multiplier per hash and start state.
 
     Returns:
-      uint64[H, trie.num_nodes]: ``sum_s multipliers[:, s] * state_after(s)`` (wrapping; dead
-      pairs add 0, so a node dead from every state hashes to 0).
+      int64[N], the class of each string in the order of ``trie.token_ids`` (-1: dead from every
+      state), and int32[S, C], the column of each class.
     """
-    hashes = np.zeros((len(multipliers), trie.num_nodes), np.uint64)
+    multipliers = hash_multipliers(len(transitions))
+    walks = []  # per walk of some start states: (function class of each string, its functions)
     pending = [np.arange(1, len(transitions))]
     while pending:
         starts = pending.pop()
-        terms = _live_hash_terms(trie, transitions, multipliers, starts)
-        if terms is None:  # too many pairs at once: walk each half of the start states alone
+        functions = _live_functions(trie, transitions, multipliers, starts)
+        if functions is None:  # too many pairs at once: walk each half of the start states alone
             pending += [starts[: len(starts) // 2], starts[len(starts) // 2 :]]
             continue
-        for nodes, values in terms:
-            hashes[:, nodes] += values
-    return hashes
+        function_class, representatives = classes_of_hashes(functions.hashes)
+        # (-1, dead, indexes the appended -1)
+        walks.append((np.append(function_class, -1)[functions.of_node[trie.token_nodes]], representatives, functions))
+    # A string's class is the tuple of its classes in the walks, numbered densely.
+    key, bound = walks[0][0] + 1, len(walks[0][1]) + 1
+    for of_token, representatives, _ in walks[1:]:
+        width = len(representatives) + 1
+        values, key = _dense_unique(key * width + of_token + 1, bound * width)
+        bound = len(values)
+    live = np.flatnonzero(np.any([of_token >= 0 for of_token, _, _ in walks], axis=0))
+    values, token_class = _dense_unique(key[live], bound)
+    classes = np.full(len(key), -1, np.int64)
+    classes[live] = token_class
+    member = np.empty(len(values), np.int64)  # a string of each class
+    member[token_class] = live
+    columns = np.zeros((len(transitions), len(values)), np.int32)
+    for of_token, representatives, functions in walks:
+        function_class = of_token[member]
+        has = np.flatnonzero(function_class >= 0)
+        function = representatives[function_class[has]]
+        lengths = functions.offsets[function + 1] - functions.offsets[function]
+        pairs = concatenated_ranges(functions.offsets[function], lengths)
+        columns[functions.origin[pairs], np.repeat(has, lengths)] = functions.state[pairs]
+    return classes, columns
 
 
-def _live_hash_terms(trie: TokenTrie, transitions: np.ndarray, multipliers: np.ndarray, starts: np.ndarray):
-    """The terms of ``live_column_hashes`` from the start states ``starts``, as (nodes,
-    uint64[H, n] values) per level; None when a level would hold more than `_MAX_PAIRS` pairs
-    (never with one start state: a level has fewer nodes)."""
+@dataclasses.dataclass(frozen=True)
+class _LiveFunctions:
+    """The functions of a trie's nodes from some start states (the state after the node's
+    string, from each), kept as their live (start state, state) pairs.
+
+    Attributes:
+      of_node: int32[num_nodes], the function of each node (-1: dead from every start state).
+      hashes: uint64[H, F], random linear hashes of each function's pairs.
+      origin, state: int64[P]; the pairs of function f are at ``offsets[f]:offsets[f + 1]``.
+      offsets: int64[F + 1].
+    """
+
+    of_node: np.ndarray
+    hashes: np.ndarray
+    origin: np.ndarray
+    state: np.ndarray
+    offsets: np.ndarray
+
+
+def _live_functions(trie: TokenTrie, transitions: np.ndarray, multipliers: np.ndarray, starts: np.ndarray) -> _LiveFunctions | None:
+    """The `_LiveFunctions` of the trie from the start states ``starts``; None when a level would
+    hold more than `_MAX_PAIRS` pairs (never with one start state: a level has fewer nodes)."""
     flat, alphabet = transitions.reshape(-1), transitions.shape[1]
-    terms = []
+    of_node, num_functions = np.full(trie.num_nodes, -1, np.int32), 0
+    hashes, origins, states, lengths_per_level = [], [], [], []
     # The live nodes of the current level, the function of each (an index into the level's
     # functions), and the functions as blocks of (start state, state) pairs.
     nodes, node_function = np.zeros(1, np.int64), np.zeros(1, np.int64)
     origin, current = starts.astype(np.int64), starts.astype(np.int64)
     function_start, function_length = np.zeros(1, np.int64), np.array([len(starts)])
     offset = 1  # the id of the level's first node
-    for parents, labels in zip(trie.parents, trie.labels):
-        first_child = np.searchsorted(parents, nodes)
-        num_children = np.searchsorted(parents, nodes, side="right") - first_child
+    for parents, labels, child_starts in zip(trie.parents, trie.labels, trie.child_starts):
+        local = nodes - (offset - len(child_starts) + 1)  # among the nodes of the previous level
+        first_child = child_starts[local]
+        num_children = child_starts[local + 1] - first_child
         child = concatenated_ranges(first_child, num_children)  # level-local ids, ascending
-        step, step_of_child = np.unique(np.repeat(node_function, num_children) * alphabet + labels[child], return_inverse=True)
+        step, step_of_child = _dense_unique(np.repeat(node_function, num_children) * alphabet + labels[child], len(function_length) * alphabet)
         parent_function, symbol = step // alphabet, step % alphabet
         if function_length[parent_function].sum() > max(_MAX_PAIRS, len(parents)):
             return None
@@ -186,17 +237,40 @@ def _live_hash_terms(trie: TokenTrie, transitions: np.ndarray, multipliers: np.n
         function_of_live_step, representative = classes_of_hashes(step_hash)
         function_of_step = np.full(len(step), -1, np.int64)
         function_of_step[live_step] = function_of_live_step
-        child_function = function_of_step[step_of_child.reshape(-1)]
+        child_function = function_of_step[step_of_child]
         alive = child_function >= 0
         nodes, node_function = child[alive] + offset, child_function[alive]
-        terms.append((nodes, step_hash[:, representative][:, node_function]))
+        of_node[nodes] = node_function + num_functions
+        num_functions += len(representative)
+        hashes.append(step_hash[:, representative])
         lengths = np.diff(pair_start, append=len(step_of_pair))
         kept = concatenated_ranges(pair_start[representative], lengths[representative])
         origin, current = origin[kept], current[kept]
         function_length = lengths[representative]
         function_start = np.cumsum(function_length) - function_length
+        origins.append(origin)
+        states.append(current)
+        lengths_per_level.append(function_length)
         offset += len(parents)
-    return terms
+    none = np.zeros(0, np.int64)
+    return _LiveFunctions(
+        of_node=of_node,
+        hashes=np.concatenate([np.zeros((len(multipliers), 0), np.uint64), *hashes], axis=1),
+        origin=np.concatenate([none, *origins]),
+        state=np.concatenate([none, *states]),
+        offsets=np.concatenate([[0], np.cumsum(np.concatenate([none, *lengths_per_level]))]).astype(np.int64),
+    )
+
+
+def _dense_unique(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for keys in ``[0, bound)``, by marking rather
+    than sorting when ``bound`` is small beside the number of keys."""
+    if bound > 4 * len(keys):
+        values, inverse = np.unique(keys, return_inverse=True)
+        return values, inverse.reshape(-1)
+    seen = np.zeros(bound, bool)
+    seen[keys] = True
+    return np.flatnonzero(seen), (np.cumsum(seen) - 1)[keys]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,8 +323,8 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
     tokenizer lead to the dead state from everywhere, so they are never allowed.
 
     Tokens whose columns (the state after the token, from every state) agree form a class. The
-    columns are hashed by a walk of the vocabulary's prefix tree that follows only live (node,
-    state) pairs (`live_column_hashes`); then only one token per class is walked from every state.
+    columns come out of a walk of the vocabulary's prefix tree that follows only live (node,
+    state) pairs (`token_columns`).
     """
     finished = dfa.num_states
     num_states = finished + 1
@@ -259,27 +333,13 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
     transitions = np.vstack([dfa.transitions, np.full((1, dfa.transitions.shape[1]), DEAD, np.int32)])
 
     trie = vocabulary_trie(vocab)
-    multipliers = hash_multipliers(num_states)
-    node_hashes = live_column_hashes(trie, transitions, multipliers)
-    eos_hash = (multipliers * eos_target.astype(np.uint64)).sum(axis=1)
-    # Items: the tokens alive from some state (a column of zeros hashes to 0), EOS, and a token
-    # that is never allowed (the class of all other tokens).
-    token_hashes = node_hashes[:, trie.token_nodes]
-    live = np.flatnonzero(token_hashes[0] | token_hashes[1])
-    item_class, representatives = classes_of_hashes(np.column_stack([token_hashes[:, live], eos_hash, np.zeros(len(multipliers), np.uint64)]))
-    eos_item, never_item = len(live), len(live) + 1
-
-    # The transition table needs one column per class: walk the representatives alone.
-    token_reps = np.flatnonzero(representatives < eos_item)
-    rep_ids = trie.token_ids[live[representatives[token_reps]]]
-    rep_trie = build_trie([vocab.tokens[i] for i in rep_ids.tolist()], list(range(len(rep_ids))))
-    next_state = np.zeros((num_states, len(representatives)), np.int32)
-    next_state[:, token_reps[rep_trie.token_ids]] = walk_tokens(rep_trie, transitions, np.arange(num_states))
-    next_state[:, np.flatnonzero(representatives == eos_item)] = eos_target[:, None]
-
-    class_of_token = np.full(vocab.logits_width, item_class[never_item], np.int32)
-    class_of_token[trie.token_ids[live]] = item_class[:eos_item]
-    class_of_token[list(vocab.eos_token_ids)] = item_class[eos_item]
+    token_class, columns = token_columns(trie, transitions)
+    # Classes: those of the tokens alive from some state, then EOS, then the tokens never allowed.
+    eos_class, never_class = columns.shape[1], columns.shape[1] + 1
+    next_state = np.column_stack([columns, eos_target, np.full(num_states, DEAD, np.int32)])
+    class_of_token = np.full(vocab.logits_width, never_class, np.int32)
+    class_of_token[trie.token_ids] = np.where(token_class >= 0, token_class, never_class)
+    class_of_token[list(vocab.eos_token_ids)] = eos_class
 
     mask_rows, row_of_state = packed_mask_rows(next_state != DEAD, class_of_token)
     return TokenTables(
@@ -295,33 +355,42 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
 def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Deduplicated packed masks from bool[S, C] allowed classes.
 
-    A mask word is the OR of the bits of the (word, class) pairs among its 32 tokens whose class
-    is allowed somewhere. When those pairs are few (most tokens in a few classes, the usual case
-    for structured output) the rows are built from the pairs alone, else token by token.
+    The distinct rows are put in lexicographic order, largest classes first, so that neighbours
+    share most of their tokens (the states of a length-bounded string differ by one class of
+    token lengths). Each mask is then its predecessor's with the tokens of the classes in which
+    the two rows differ flipped: one prefix XOR over the rows. When those flips outnumber the
+    tokens of a dense build, the masks are built token by token instead.
 
     Returns:
       mask_rows uint32[R, ceil(V / 32)] (bit j of word i = token 32 * i + j) and int32[S], the
       row of each state.
     """
-    row_of_state = row_groups(allowed)
-    num_classes = allowed.shape[1]
-    rows = np.zeros((int(row_of_state.max()) + 1, num_classes), bool)
+    row_of_state = row_groups(allowed).astype(np.int32)
+    num_rows, (num_tokens, num_classes) = int(row_of_state.max()) + 1, (len(class_of_token), allowed.shape[1])
+    rows = np.zeros((num_rows, num_classes), bool)
     rows[row_of_state] = allowed
-    tokens = np.flatnonzero(rows.any(axis=0)[class_of_token])
-    keys = (tokens >> 5) * num_classes + class_of_token[tokens]
-    order = np.argsort(keys, kind="stable")
-    keys, tokens = keys[order], tokens[order]
-    first = np.flatnonzero(np.diff(keys, prepend=-1))  # the start of each (word, class) pair
-    if len(first) * _SPARSE_ROWS_FACTOR > len(class_of_token):
-        return pack_bits(np.take(rows, class_of_token, axis=1)), row_of_state.astype(np.int32)
-    mask_rows = np.zeros((len(rows), -(-len(class_of_token) // 32)), np.uint32)
-    if len(first):
-        pair_bits = np.bitwise_or.reduceat(np.left_shift(np.uint32(1), (tokens & 31).astype(np.uint32)), first)
-        word, pair_class = keys[first] // num_classes, keys[first] % num_classes
-        word_first = np.flatnonzero(np.diff(word, prepend=-1))
-        terms = np.where(rows[:, pair_class], pair_bits, np.uint32(0))
-        mask_rows[:, word[word_first]] = np.bitwise_or.reduceat(terms, word_first, axis=1)
-    return mask_rows, row_of_state.astype(np.int32)
+    sizes = np.bincount(class_of_token, minlength=num_classes)
+    order = np.lexsort(rows[:, np.argsort(-sizes, kind="stable")].T[::-1])
+    flips = rows[order]
+    flips[1:] ^= rows[order[:-1]]
+    flip_row, flip_class = np.nonzero(flips)
+    if sizes[flip_class].sum() * _DENSE_ROWS_FACTOR > num_rows * num_tokens:
+        return pack_bits(np.take(rows, class_of_token, axis=1)), row_of_state
+    tokens_by_class = np.argsort(class_of_token, kind="stable")
+    tokens = tokens_by_class[concatenated_ranges(np.cumsum(sizes)[flip_class] - sizes[flip_class], sizes[flip_class])]
+    num_words = -(-num_tokens // 32)
+    # Flipped bits per (row, word): distinct bits, so their sum (exact in float64) is their OR.
+    flipped = np.bincount(
+        np.repeat(flip_row, sizes[flip_class]) * num_words + (tokens >> 5),
+        weights=np.left_shift(1, tokens & 31).astype(np.float64),
+        minlength=num_rows * num_words,
+    )
+    masks = flipped.astype(np.uint32).reshape(num_rows, num_words)
+    for i in range(1, num_rows):  # a prefix XOR (ufunc.accumulate over axis 0 is ~20x slower)
+        masks[i] ^= masks[i - 1]
+    mask_rows = np.empty_like(masks)
+    mask_rows[order] = masks
+    return mask_rows, row_of_state
 
 
 def hash_multipliers(num_states: int) -> np.ndarray:
