@@ -7,9 +7,8 @@ prefix can still be completed" is simply ``state != 0``.
 
 from __future__ import annotations
 
-import functools
-
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -149,10 +148,10 @@ class ByteDFA:
 
 
 @functools.lru_cache(maxsize=4096)
-def _utf8_split(ranges: tuple[tuple[int, int], ...]) -> list[utf8.ByteRangeSequence]:
+def _utf8_split(ranges: tuple[tuple[int, int], ...]) -> tuple[utf8.ByteRangeSequence, ...]:
     """The UTF-8 byte-range sequences of a class, per process: repetitions and schemas build
     the same classes over and over."""
-    return [s for lo, hi in utf8.normalise(ranges) for s in utf8.utf8_sequences(lo, hi)]
+    return tuple(s for lo, hi in utf8.normalise(ranges) for s in utf8.utf8_sequences(lo, hi))
 
 
 def determinise(builder: NFABuilder, fragment: Fragment) -> ByteDFA:
