@@ -148,11 +148,14 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray) -> tuple[np.ndarray,
       state), and int32[S, C], the column of each class.
     """
     multipliers = hash_multipliers(len(transitions))
+    # Symbols that act alike in every state make equal steps: the walk steps by symbol class.
+    symbol_class, first_symbol = byte_classes(transitions)
+    class_transitions = transitions[:, first_symbol]
     walks = []  # per walk of some start states: (function class of each string, its functions)
     pending = [np.arange(1, len(transitions))]
     while pending:
         starts = pending.pop()
-        functions = _live_functions(trie, transitions, multipliers, starts)
+        functions = _live_functions(trie, class_transitions, symbol_class, multipliers, starts)
         if functions is None:  # too many pairs at once: walk each half of the start states alone
             pending += [starts[: len(starts) // 2], starts[len(starts) // 2 :]]
             continue
@@ -201,9 +204,11 @@ class _LiveFunctions:
     offsets: np.ndarray
 
 
-def _live_functions(trie: TokenTrie, transitions: np.ndarray, multipliers: np.ndarray, starts: np.ndarray) -> _LiveFunctions | None:
-    """The `_LiveFunctions` of the trie from the start states ``starts``; None when a level would
-    hold more than `_MAX_PAIRS` pairs (never with one start state: a level has fewer nodes)."""
+def _live_functions(trie: TokenTrie, transitions: np.ndarray, symbol_class: np.ndarray, multipliers: np.ndarray, starts: np.ndarray) -> _LiveFunctions | None:
+    """The `_LiveFunctions` of the trie from the start states ``starts``, stepping by
+    ``transitions`` [S, K] over the class ``symbol_class[label]`` of each trie label; None when a
+    level would hold more than `_MAX_PAIRS` pairs (never with one start state: a level has fewer
+    nodes)."""
     flat, alphabet = transitions.reshape(-1), transitions.shape[1]
     of_node, num_functions = np.full(trie.num_nodes, -1, np.int32), 0
     hashes, origins, states, lengths_per_level = [], [], [], []
@@ -218,7 +223,7 @@ def _live_functions(trie: TokenTrie, transitions: np.ndarray, multipliers: np.nd
         first_child = child_starts[local]
         num_children = child_starts[local + 1] - first_child
         child = concatenated_ranges(first_child, num_children)  # level-local ids, ascending
-        step, step_of_child = _dense_unique(np.repeat(node_function, num_children) * alphabet + labels[child], len(function_length) * alphabet)
+        step, step_of_child = _dense_unique(np.repeat(node_function, num_children) * alphabet + symbol_class[labels[child]], len(function_length) * alphabet)
         parent_function, symbol = step // alphabet, step % alphabet
         if function_length[parent_function].sum() > max(_MAX_PAIRS, len(parents)):
             return None
