@@ -1,9 +1,11 @@
 """Subset construction and Hopcroft minimisation against a direct NFA simulation and Moore's algorithm."""
 
+import gc
+
 import numpy as np
 import pytest
 
-from ananke_jax._src.compile.automaton import Fragment, NFABuilder, minimise, subset_construction
+from ananke_jax._src.compile.automaton import Fragment, NFABuilder, minimise, pausing_gc, subset_construction
 from ananke_jax._src.compile.regex import regex_to_dfa
 
 # Code point ranges whose UTF-8 forms share lead bytes and continuation suffixes.
@@ -173,3 +175,30 @@ def test_deep_bounded_repetition_is_minimal():
     assert dfa.num_states == 8004
     assert dfa.accepting[dfa.walk(dfa.start, ('"' + "é" * 1000 + '"').encode())]
     assert dfa.walk(dfa.start, ('"' + "a" * 1001).encode()) == 0
+
+
+def test_pausing_gc_pauses_the_collector_and_restores_it_even_on_errors():
+    seen = []
+
+    @pausing_gc
+    def inner():
+        seen.append(gc.isenabled())
+
+    @pausing_gc
+    def outer(fail):
+        inner()
+        seen.append(gc.isenabled())
+        if fail:
+            raise ValueError("boom")
+
+    assert gc.isenabled()
+    outer(False)
+    with pytest.raises(ValueError):
+        outer(True)
+    assert gc.isenabled() and seen == [False] * 4
+    gc.disable()  # a caller that paused it already keeps it paused
+    try:
+        outer(False)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

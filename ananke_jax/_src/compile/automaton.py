@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -147,6 +148,27 @@ class ByteDFA:
         return bool(self.accepting[self.walk(self.start, data)])
 
 
+def pausing_gc(function):
+    """Run ``function`` with Python's cyclic garbage collector paused (re-entrant).
+
+    Building automata allocates millions of small containers (sets, lists, tuples) that are
+    never cyclic: reference counting frees them, and the collector's passes over them cost about
+    a third of the compile time.
+    """
+
+    @functools.wraps(function)
+    def paused(*args, **kwargs):
+        if not gc.isenabled():
+            return function(*args, **kwargs)
+        gc.disable()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return paused
+
+
 @functools.lru_cache(maxsize=4096)
 def _utf8_split(ranges: tuple[tuple[int, int], ...]) -> tuple[utf8.ByteRangeSequence, ...]:
     """The UTF-8 byte-range sequences of a class, per process: repetitions and schemas build
@@ -154,6 +176,7 @@ def _utf8_split(ranges: tuple[tuple[int, int], ...]) -> tuple[utf8.ByteRangeSequ
     return tuple(s for lo, hi in utf8.normalise(ranges) for s in utf8.utf8_sequences(lo, hi))
 
 
+@pausing_gc
 def determinise(builder: NFABuilder, fragment: Fragment) -> ByteDFA:
     """Subset construction over byte classes, then minimisation."""
     class_table, accepting, byte_class = subset_construction(builder, fragment)

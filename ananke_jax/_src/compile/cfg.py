@@ -23,7 +23,7 @@ from ananke_jax._src.compile.arrays import (
     sorted_unique,
     stack_padded,
 )
-from ananke_jax._src.compile.automaton import DEAD
+from ananke_jax._src.compile.automaton import DEAD, pausing_gc
 from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import outcome_tries
@@ -296,6 +296,7 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
     return padded(state_sets), np.stack(rows), padded(dense_row), padded(dense_set), padded(sparse_token), padded(sparse_set)
 
 
+@pausing_gc
 def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, max_configs: int = 4) -> CompiledCFG:
     """Compile a grammar IR for ``vocab`` into the pushdown engine's device tables.
 

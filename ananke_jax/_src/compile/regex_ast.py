@@ -25,9 +25,10 @@ from ananke_jax._src.compile.automaton import (
     ByteDFA,
     Fragment,
     NFABuilder,
-    determinise,
     byte_classes,
+    determinise,
     minimise,
+    pausing_gc,
 )
 from ananke_jax._src.errors import GrammarError
 
@@ -165,6 +166,7 @@ def join(items: list[Node], separator: Node) -> Node:
 # --- compilation -----------------------------------------------------------------------------
 
 
+@pausing_gc
 def to_dfa(node: Node) -> ByteDFA:
     """The minimal byte DFA of ``node`` (start 0 when the language is empty)."""
     builder = NFABuilder()
@@ -219,6 +221,7 @@ def difference(a: ByteDFA, b: ByteDFA) -> ByteDFA:
     return _product(a, b, lambda x, y: x & ~y)
 
 
+@pausing_gc
 def _product(a: ByteDFA, b: ByteDFA, accept) -> ByteDFA:
     """The minimal DFA of the reachable pairs of states, accepting per ``accept``, built one
     breadth-first level at a time over the byte classes of both automata."""

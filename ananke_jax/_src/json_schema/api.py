@@ -6,6 +6,7 @@ import decimal
 import json
 
 from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile.automaton import pausing_gc
 from ananke_jax._src.compile.context_free import DEFAULT_MAX_CONFIGS, compile_grammar
 from ananke_jax._src.compile.regular import compile_dfa
 from ananke_jax._src.compiled import CompiledGrammar
@@ -20,6 +21,7 @@ from ananke_jax._src.vocab import Vocabulary
 DEFAULT_MAX_DEPTH = 32
 
 
+@pausing_gc
 def json_schema_rules(
     schema, *, whitespace="flexible", strict: bool = True, allow_additional: bool = False, max_depth: int = DEFAULT_MAX_DEPTH
 ) -> Rules:
