@@ -77,7 +77,7 @@ def string_body(min_length: int, max_length: int | None, values: list[rx.Node]) 
         return spelled(values[0])
     dfas = [spelled_dfa(v) for v in values]
     if (min_length, max_length) != (0, None):
-        dfas.append(rx.to_dfa(rx.repeat(CANONICAL_UNIT, min_length, max_length)))
+        dfas.append(_canonical_length_dfa(min_length, max_length))
     dfa = dfas[0]
     for other in dfas[1:]:
         dfa = rx.intersect(dfa, other)
@@ -88,3 +88,10 @@ def string_body(min_length: int, max_length: int | None, values: list[rx.Node]) 
 def spelled_dfa(value: rx.Node):
     """The minimal DFA of `spelled` ``value``, kept per process (formats recur across schemas)."""
     return rx.to_dfa(spelled(value))
+
+
+@functools.lru_cache(maxsize=64)
+def _canonical_length_dfa(min_length: int, max_length: int | None):
+    """The minimal DFA of canonical spellings of ``min_length`` to ``max_length`` code points,
+    kept per process (a schema's items and ``contains`` share their bounds)."""
+    return rx.to_dfa(rx.repeat(CANONICAL_UNIT, min_length, max_length))
