@@ -10,6 +10,7 @@ import pytest
 from test_generate import CONFIG, PARAMS, SCHEMA, STEP, VOCAB, _generate, _last_logits
 
 import ananke_jax as aj
+from ananke_jax._src.drafts import propose, record
 from ananke_jax._src.models.llama import init_cache
 from ananke_jax._src.runtime.sampling import filter_logits
 
@@ -86,6 +87,33 @@ def test_forced_tokens_are_the_longest_tokens_every_allowed_token_agrees_with():
             assert u.startswith(t) or t.startswith(u), (state, t, u)
         checked += 1
     assert checked >= 3
+
+
+def test_a_token_taken_where_a_token_was_forced_is_drafted_where_that_token_is_forced_again():
+    """The forced-token vote table: the model took another allowed token (here a prefix) where
+    the grammar forced `f`; in another state forcing `f`, that token is drafted instead of `f`."""
+    cg = CONSTRAINTS["schema"]()
+    tables = aj.draft_tables(cg, VOCAB)
+    forced = np.asarray(tables.forced)
+    states = {}
+    for state in np.flatnonzero(forced >= 0):
+        states.setdefault(int(forced[state]), []).append(int(state))
+
+    def others(f, state):  # the other tokens allowed where `f` is forced
+        mask = np.asarray(aj.unpack_mask(aj.token_mask(cg, aj.GrammarState(jnp.int32(state))), VOCAB.logits_width))
+        return [int(t) for t in np.flatnonzero(mask) if t != f and t not in VOCAB.eos_token_ids]
+
+    f, first, second, taken = next((f, a, b, others(f, b)[0]) for f, s in states.items() for a in s for b in s if a != b and others(f, b))
+    eos = jnp.asarray(VOCAB.eos_token_ids, jnp.int32)
+
+    def draft(tables, state):
+        drafts, usable, _, slots = propose(cg, aj.GrammarState(jnp.int32(state)), jnp.int32(0), tables, jnp.int32(0), eos, 1)
+        return int(drafts[0]) if int(usable) else None, slots
+
+    before, slots = draft(tables, first)
+    assert before == f and draft(tables, second)[0] == f
+    learned = record(tables, slots[None, :1], jnp.asarray([[taken]]), jnp.asarray([[True]]))
+    assert draft(learned, second)[0] == taken
 
 
 def _exact_distribution(prompt, constraint, sampling, length):

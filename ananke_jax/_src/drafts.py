@@ -1,11 +1,14 @@
 """Draft tokens for grammar-driven speculation (DOMINO): forced tokens and count-based proposals.
 
-From a constraint state, the next draft token is the state's *forced* token when the grammar
-forces bytes there (precomputed per state of a regular grammar, host side), else the token most
-often taken so far from the same state, else the token most often taken after the same previous
-token (two small vote tables on device, updated as generation proceeds; the second generalises
-across states, e.g. the whitespace after each `",`). A proposal the constraint forbids ends the
-draft. Drafts only ever cost speed: the model verifies every one of them.
+From a constraint state, the next draft token is the token most often taken so far from the same
+state; else the token most often taken where the grammar forced the same token; else the state's
+*forced* token when the grammar forces bytes there (precomputed per state of a regular grammar,
+host side); else the token most often taken after the same previous token. The three vote tables
+live on device and are updated as generation proceeds. The forced-token table learns how the
+model tokenizes forced text (the forced `"` that closes a key, cut at the optional whitespace,
+is taken as `":`); the previous-token table generalises across states (the whitespace after each
+`",`). A proposal the constraint forbids ends the draft. Drafts only ever cost speed: the model
+verifies every one of them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from ananke_jax._src.vocab import Vocabulary
 
 DEFAULT_SLOTS = 4096
 MAX_FORCED_BYTES = 64
+NUM_TABLES = 3  # vote tables keyed by: the constraint state, the previous token, the forced token
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,9 +37,10 @@ class DraftTables:
       forced: int32[S], per state of a regular grammar the first token of the byte string the
         grammar forces from there, tokenized greedily by longest match (-1: none); int32[1] of
         -1 for other constraints.
-      candidate: int32[2, H], per key slot the token most often taken lately (-1: none); row 0
-        is keyed by the constraint state, row 1 by the previous token.
-      votes: int32[2, H], its vote count (majority vote: a different token takes one vote away).
+      candidate: int32[3, H], per key slot the token most often taken lately (-1: none); row 0
+        is keyed by the constraint state, row 1 by the previous token, row 2 by the forced token
+        (states without one use no slot of it).
+      votes: int32[3, H], its vote count (majority vote: a different token takes one vote away).
     """
 
     forced: jax.Array
@@ -52,8 +57,8 @@ def draft_tables(constraint=None, vocab: Vocabulary | None = None, *, slots: int
     forced = np.full(1, -1, np.int32)
     if isinstance(constraint, CompiledGrammar) and vocab is not None and constraint.next_state.ndim == 2:
         forced = forced_tokens(constraint, vocab)
-    empty = jnp.full((2, slots), -1, jnp.int32)
-    return DraftTables(forced=jnp.asarray(forced), candidate=empty, votes=jnp.zeros((2, slots), jnp.int32))
+    empty = jnp.full((NUM_TABLES, slots), -1, jnp.int32)
+    return DraftTables(forced=jnp.asarray(forced), candidate=empty, votes=jnp.zeros((NUM_TABLES, slots), jnp.int32))
 
 
 def forced_tokens(cg: CompiledGrammar, vocab: Vocabulary, max_bytes: int = MAX_FORCED_BYTES) -> np.ndarray:
@@ -124,27 +129,29 @@ def propose(cg, state, previous, tables: DraftTables, grammar_index, eos_ids, le
       drafts int32[length]; how many are usable (int32[]: drafts stop at the first state with
       nothing to propose, or whose proposal the constraint forbids or is EOS); the states before
       each draft and after the last (a state pytree with a leading axis of length + 1), and
-      their vote-table slots (int32[length + 1, 2]).
+      their vote-table slots (int32[length + 1, NUM_TABLES]; a state without a forced token has
+      slot H, out of range, in the last table).
     """
     slots = tables.candidate.shape[1]
 
     def keys(state, previous):
-        return jnp.stack([state_key((state, grammar_index), slots), state_key((previous, grammar_index), slots)])
+        forced = tables.forced[jnp.clip(getattr(state, "node", jnp.int32(0)), 0, tables.forced.shape[0] - 1)]
+        by_forced = jnp.where(forced >= 0, state_key((forced, grammar_index), slots), slots)
+        return jnp.stack([state_key((state, grammar_index), slots), state_key((previous, grammar_index), slots), by_forced]), forced
 
     def step(carry, _):
         state, previous, going = carry
-        node = getattr(state, "node", jnp.int32(0))
-        forced = tables.forced[jnp.clip(node, 0, tables.forced.shape[0] - 1)]
-        slot = keys(state, previous)
+        slot, forced = keys(state, previous)
         by_state, by_previous = tables.candidate[0, slot[0]], tables.candidate[1, slot[1]]
-        token = jnp.where(forced >= 0, forced, jnp.where(by_state >= 0, by_state, by_previous))
+        as_forced = jnp.where(forced >= 0, tables.candidate[2, jnp.minimum(slot[2], slots - 1)], -1)
+        token = jnp.where(by_state >= 0, by_state, jnp.where(as_forced >= 0, as_forced, jnp.where(forced >= 0, forced, by_previous)))
         going = going & (token >= 0) & ~(token == eos_ids).any() & token_allowed(cg, state, token)
         token = jnp.maximum(token, 0)
         return (advance(cg, state, token), token, going), (token, going, state, slot)
 
     (last, previous, _), (drafts, usable, before, slots_of) = jax.lax.scan(step, (state, previous, jnp.bool_(True)), None, length=length)
     states = jax.tree_util.tree_map(lambda b, x: jnp.concatenate([b, x[None]]), before, last)
-    slots_of = jnp.concatenate([slots_of, keys(last, previous)[None]])
+    slots_of = jnp.concatenate([slots_of, keys(last, previous)[0][None]])
     return drafts, usable.sum(dtype=jnp.int32), states, slots_of
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ananke_jax._src.compiled import CompiledGrammar
 from ananke_jax._src.compiled_cfg import CompiledCFG
-from ananke_jax._src.drafts import DraftTables, draft_tables, propose, record
+from ananke_jax._src.drafts import NUM_TABLES, DraftTables, draft_tables, propose, record
 from ananke_jax._src.runtime.constraint import (
     accepts,
     advance,
@@ -307,7 +307,7 @@ def _generate_speculative(step_fn, params, rows: _Rows, constraint, cache, key, 
 
     def propose_row(cg, state, previous, drafts, grammar):
         if cg is None:  # unconstrained: no grammar state to key drafts on
-            return jnp.zeros(k, jnp.int32), jnp.int32(0), jax.tree_util.tree_map(lambda x: jnp.stack([x] * (k + 1)), state), jnp.zeros((k + 1, 2), jnp.int32)
+            return jnp.zeros(k, jnp.int32), jnp.int32(0), jax.tree_util.tree_map(lambda x: jnp.stack([x] * (k + 1)), state), jnp.zeros((k + 1, NUM_TABLES), jnp.int32)
         return propose(cg, state, previous, drafts, grammar, eos, k)
 
     def verify_row(cg, states, free, draft, usable, logits, key, choice):
