@@ -136,8 +136,9 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray) -> tuple[np.ndarray,
     The walk goes level by level over the live nodes only, and computes each distinct function
     once: a child's function is its parent's followed by one symbol, so children whose parents
     have equal functions and whose symbols agree share one (all two-letter words inside a free
-    string, say). A function is kept as its live (start state, state) pairs, and functions are
-    told apart by random linear hashes of those pairs.
+    string, say), and symbols that act alike in every state step alike. A function is kept as
+    its live (start state, state) pairs, and functions are told apart by random linear hashes of
+    those pairs.
 
     Args:
       trie: a `TokenTrie` over the alphabet of ``transitions``.
@@ -160,7 +161,7 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray) -> tuple[np.ndarray,
             pending += [starts[: len(starts) // 2], starts[len(starts) // 2 :]]
             continue
         function_class, representatives = classes_of_hashes(functions.hashes)
-        # (-1, dead, indexes the appended -1)
+        # A dead node's function, -1, picks the appended -1.
         walks.append((np.append(function_class, -1)[functions.of_node[trie.token_nodes]], representatives, functions))
     # A string's class is the tuple of its classes in the walks, numbered densely.
     key, bound = walks[0][0] + 1, len(walks[0][1]) + 1
