@@ -371,14 +371,15 @@ def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[n
       mask_rows uint32[R, ceil(V / 32)] (bit j of word i = token 32 * i + j) and int32[S], the
       row of each state.
     """
-    row_of_state = row_groups(allowed).astype(np.int32)
-    num_rows, (num_tokens, num_classes) = int(row_of_state.max()) + 1, (len(class_of_token), allowed.shape[1])
+    num_tokens, num_classes = len(class_of_token), allowed.shape[1]
+    sizes = np.bincount(class_of_token, minlength=num_classes)
+    # Rows are numbered in lexicographic order with the largest classes first.
+    row_of_state = row_groups(allowed[:, np.argsort(-sizes, kind="stable")]).astype(np.int32)
+    num_rows = int(row_of_state.max()) + 1
     rows = np.zeros((num_rows, num_classes), bool)
     rows[row_of_state] = allowed
-    sizes = np.bincount(class_of_token, minlength=num_classes)
-    order = np.lexsort(rows[:, np.argsort(-sizes, kind="stable")].T[::-1])
-    flips = rows[order]
-    flips[1:] ^= rows[order[:-1]]
+    flips = rows.copy()
+    flips[1:] ^= rows[:-1]
     flip_row, flip_class = np.nonzero(flips)
     if sizes[flip_class].sum() * _DENSE_ROWS_FACTOR > num_rows * num_tokens:
         return pack_bits(np.take(rows, class_of_token, axis=1)), row_of_state
@@ -394,9 +395,7 @@ def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[n
     masks = flipped.astype(np.uint32).reshape(num_rows, num_words)
     for i in range(1, num_rows):  # a prefix XOR (ufunc.accumulate over axis 0 is ~20x slower)
         masks[i] ^= masks[i - 1]
-    mask_rows = np.empty_like(masks)
-    mask_rows[order] = masks
-    return mask_rows, row_of_state
+    return masks, row_of_state
 
 
 def hash_multipliers(num_states: int) -> np.ndarray:
