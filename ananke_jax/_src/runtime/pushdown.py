@@ -138,7 +138,6 @@ def _walk_trie(cg: CompiledCFG, lr: _LR, stack, depth, lexer) -> _Parse:
     def load(c, nodes: _Parse) -> tuple[_Parse, jax.Array]:
         """The lanes of chunk ``c``, each starting from its parent's parse (lanes past the
         chunk's end are refused, so that what they write is right if those nodes are skipped)."""
-        c = jnp.minimum(c, starts.shape[0] - 1)  # past the last chunk: a load whose lanes go unused
         start = starts[c]
         parent = jax.lax.dynamic_slice(parent_of, (start,), (lanes,))
         root, p = parent < 0, jnp.maximum(parent, 0)
@@ -148,22 +147,18 @@ def _walk_trie(cg: CompiledCFG, lr: _LR, stack, depth, lexer) -> _Parse:
         lane = lane._replace(pos=jnp.zeros(lanes, jnp.int32), ok=inside & (root | _accepted(nodes)[p]))
         return lane, jax.lax.dynamic_slice(column_of, (start,), (lanes,))
 
-    def body(carry):
-        c, lane, column, nodes, trips = carry
-        lane = act(column, lane)
-        # Write every trip: a node is read only by later chunks, after its final write.
+    def run_chunk(carry):
+        """Load chunk ``c``, run its lanes to the end of their terminal, store them, move on."""
+        c, nodes = carry
+        lane, column = load(c, nodes)
+        lane, _ = jax.lax.while_loop(lambda x: _running(x[0], 1).any() & (x[1] < limit), lambda x: (act(column, x[0]), x[1] + 1), (lane, jnp.int32(0)))
+        lane = lane._replace(overflow=lane.overflow | _running(lane, 1))  # out of actions
         nodes = jax.tree_util.tree_map(lambda n, x: jax.lax.dynamic_update_slice_in_dim(n, x, starts[c], 0), nodes, lane)
-        done = ~_running(lane, 1).any()
-        c = jnp.where(done, next_chunk(c, nodes), c)
-        next_lane, next_column = load(c, nodes)
-        lane = jax.tree_util.tree_map(lambda a, b: jnp.where(done, a, b), next_lane, lane)
-        return c, lane, jnp.where(done, next_column, column), nodes, trips + 1
+        return next_chunk(c, nodes), nodes
 
     nodes = jax.tree_util.tree_map(lambda x: jnp.zeros((size,) + x.shape, x.dtype), _fresh(cg, stack, depth))
-    lane, column = load(0, nodes)
-    limit = starts.shape[0] * (cg.stack_depth + 2)
-    init = (jnp.int32(0), lane, column, nodes, jnp.int32(0))
-    return jax.lax.while_loop(lambda c: (c[0] < chunks) & (c[4] < limit), body, init)[3]
+    limit = cg.stack_depth + 2  # actions for one terminal: the reductions, then a shift
+    return jax.lax.while_loop(lambda c: c[0] < chunks, run_chunk, (jnp.int32(0), nodes))[1]
 
 
 def _verdicts(cg: CompiledCFG, lr: _LR, stack, depth, lexer):
@@ -186,20 +181,26 @@ def _verdicts(cg: CompiledCFG, lr: _LR, stack, depth, lexer):
     return valid, complete, blocked
 
 
-def _with_verdicts(cg: CompiledCFG, state: CFGState) -> CFGState:
-    """Fill in the verdicts of the state's live configurations, one loop trip each up to the
-    last live one (live configurations come first, so dead ones cost nothing outside vmap)."""
-    lr, k = _lr(cg), state.live.shape[0]
-    last = jnp.where(state.live.any(), k - jnp.argmax(state.live[::-1]), 0)
+def _live_count(state: CFGState) -> jax.Array:
+    """int32[]: one past the last live configuration (live ones come first)."""
+    k = state.live.shape[0]
+    return jnp.where(state.live.any(), k - jnp.argmax(state.live[::-1]), 0).astype(jnp.int32)
+
+
+def _with_verdicts(cg: CompiledCFG, state: CFGState, known) -> CFGState:
+    """Fill in the verdicts of the live configurations not ``known`` (bool[K]: their verdicts
+    are already in the state), one loop trip each."""
+    lr, need = _lr(cg), state.live & ~known
+    order = jnp.argsort(~need, stable=True)  # the configurations to compute first
 
     def body(carry):
-        i, valid, complete, blocked = carry
+        r, valid, complete, blocked = carry
+        i = order[r]
         v, c, b = _verdicts(cg, lr, state.stacks[i], state.depth[i], state.lexer[i])
-        live = state.live[i]
-        return i + 1, valid.at[i].set(v & live), complete.at[i].set(c & live), blocked | (b & live)
+        return r + 1, valid.at[i].set(v), complete.at[i].set(c), blocked | b
 
-    init = (jnp.int32(0), jnp.zeros_like(state.outcome_ok), jnp.zeros_like(state.complete), jnp.bool_(False))
-    _, valid, complete, blocked = jax.lax.while_loop(lambda c: c[0] < last, body, init)
+    init = (jnp.int32(0), state.outcome_ok, state.complete, jnp.bool_(False))
+    _, valid, complete, blocked = jax.lax.while_loop(lambda c: c[0] < need.sum(), body, init)
     return state._replace(outcome_ok=valid, complete=complete, overflow=state.overflow | blocked)
 
 
@@ -217,7 +218,7 @@ def cfg_init_state(cg: CompiledCFG) -> CFGState:
         finished=jnp.bool_(False),
         overflow=jnp.bool_(False),
     )
-    return _with_verdicts(cg, state)
+    return _with_verdicts(cg, state, jnp.zeros(k, jnp.bool_))
 
 
 def _set_valid(cg: CompiledCFG, valid, sets):
@@ -244,9 +245,17 @@ def cfg_accepts(cg: CompiledCFG, state: CFGState) -> jax.Array:
 
 
 def cfg_token_mask(cg: CompiledCFG, state: CFGState) -> jax.Array:
-    """uint32[W]: the allowed tokens, EOS included exactly when the output is complete."""
-    per_config = jax.vmap(lambda valid, lexer: _config_tokens(cg, valid, lexer))(state.outcome_ok & state.live[:, None], state.lexer)
-    tokens = jax.lax.reduce(per_config, jnp.uint32(0), jax.lax.bitwise_or, (0,))
+    """uint32[W]: the allowed tokens, EOS included exactly when the output is complete.
+
+    One loop trip per configuration up to the last live one (usually one)."""
+
+    def body(carry):
+        i, tokens = carry
+        valid = state.outcome_ok[i] & state.live[i]
+        return i + 1, tokens | _config_tokens(cg, valid, state.lexer[i])
+
+    init = (jnp.int32(0), jnp.zeros(cg.mask_words, jnp.uint32))
+    tokens = jax.lax.while_loop(lambda c: c[0] < _live_count(state), body, init)[1]
     eos = jnp.where(cfg_accepts(cg, state), cg.eos_mask, jnp.uint32(0))
     return jnp.where(state.finished, jnp.uint32(0), tokens) | eos
 
@@ -331,10 +340,21 @@ def cfg_advance(cg: CompiledCFG, state: CFGState, token) -> CFGState:
     empty = _Configs(jnp.zeros_like(state.stacks), jnp.zeros_like(state.depth), jnp.zeros_like(state.lexer))
     init = (jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow)
     _, kept, live, overflow = jax.lax.while_loop(lambda c: c[0] * k < count, round_, init)
-    stepped = state._replace(stacks=kept.stacks, depth=kept.depth, lexer=kept.lexer, live=live, overflow=overflow)
+    # A configuration the state already had keeps its verdicts: they depend on it alone.
+    match = _same(kept, _Configs(state.stacks, state.depth, state.lexer)) & live[:, None] & state.live[None, :]
+    known, source = match.any(axis=1), jnp.argmax(match, axis=1)
+    stepped = state._replace(
+        stacks=kept.stacks,
+        depth=kept.depth,
+        lexer=kept.lexer,
+        live=live,
+        outcome_ok=known[:, None] & state.outcome_ok[source],
+        complete=known & state.complete[source],
+        overflow=overflow,
+    )
     # EOS: the configurations stay, marked finished when the output is complete, else they die.
     complete = cfg_accepts(cg, state)
     ended = state._replace(finished=complete, live=state.live & complete)
     chosen = jax.tree_util.tree_map(lambda a, b: jnp.where(is_eos, a, b), ended, stepped)
-    # Only a step that made new configurations needs their verdicts.
-    return jax.lax.cond(is_eos, lambda s: s, lambda s: _with_verdicts(cg, s), chosen)
+    # Only the new configurations of a step that is not EOS need verdicts.
+    return jax.lax.cond(is_eos, lambda s: s, lambda s: _with_verdicts(cg, s, known), chosen)
