@@ -6,6 +6,7 @@ from earley import EarleyRecogniser
 
 from ananke_jax import GrammarError
 from ananke_jax._src.compile.lr import ACCEPT, ERROR, REDUCE, SHIFT, lr_tables
+from ananke_jax._src.compiled_cfg import MAX_RULE_LENGTH
 from ananke_jax._src.ir import grammar
 
 ARITHMETIC = grammar(
@@ -64,3 +65,9 @@ def test_conflicts_are_refused_naming_the_rules():
     with pytest.raises(GrammarError, match=r"shift/reduce conflict before terminal PLUS: reduce by e ::= e PLUS e"):
         lr_tables(ambiguous)
     assert ERROR == 0  # the zero of the action table is the error action
+
+
+def test_an_alternative_longer_than_the_engine_takes_is_refused_naming_its_rule():
+    long = grammar([("s", ["X"] * (MAX_RULE_LENGTH + 1))], {"X": "x"}, "s")
+    with pytest.raises(GrammarError, match=rf"rule 's' has {MAX_RULE_LENGTH + 1} symbols; the engine takes at most {MAX_RULE_LENGTH}"):
+        lr_tables(long)

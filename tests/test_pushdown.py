@@ -38,9 +38,8 @@ def _assert_same(got, expected, vocab, message):
 
 
 def with_larger_bounds(cg):
-    """The same tables with larger static bounds: a deeper stack, a larger LR scratch overlay (the
-    most entries one token may push) and more parse configurations."""
-    return dataclasses.replace(cg, stack_depth=256, overlay=96, max_configs=2 * cg.max_configs)
+    """The same tables with larger static bounds: a deeper stack and more parse configurations."""
+    return dataclasses.replace(cg, stack_depth=256, max_configs=2 * cg.max_configs)
 
 
 def random_walk_check(cg, earley, vocab, rng, *, walks, steps, prefixes=()):
@@ -256,9 +255,10 @@ def test_a_bank_of_pushdown_grammars_runs_each_row_as_alone(sentencepiece_vocab)
     ]
     assert all(isinstance(g, aj.CompiledCFG) for g in grammars) and {g.stack_depth for g in grammars} == {64, 128}
     for g in grammars:
-        start, count = chunk_layout(_trie_parents(g), g.lanes)
+        start, count, node_chunk = chunk_layout(_trie_parents(g), g.lanes, g.node_parent.shape[1])
         np.testing.assert_array_equal(start, np.asarray(g.chunk_start)[:, : start.shape[1]])
         np.testing.assert_array_equal(count, g.num_chunks)
+        np.testing.assert_array_equal(node_chunk, g.node_chunk)
     bank = aj.stack_grammars(grammars)
     assert bank.stack_depth == 128 and bank.lanes == max(g.lanes for g in grammars)
     masks, accepts = jax.jit(jax.vmap(aj.token_mask)), jax.jit(jax.vmap(aj.accepts))

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ananke_jax._src.compile.cfg import EMPTY_SET
-from ananke_jax._src.compile.outcome_trie import chunk_layout
+from ananke_jax._src.compile.outcome_trie import NO_CHUNK, chunk_layout
 from ananke_jax._src.compiled import CompiledGrammar
 from ananke_jax._src.compiled_cfg import CompiledCFG
 
@@ -99,16 +99,16 @@ def _pad_to(x, shape, fill) -> jax.Array:
 
 def _pad_cfgs(grammars: Sequence[CompiledCFG]) -> list[CompiledCFG]:
     """Pushdown grammars padded to common shapes and bounds: the bank's largest stack depth,
-    configuration budget, LR scratch and trie lanes (larger bounds only refuse less)."""
+    configuration budget and trie lanes (larger bounds only refuse less)."""
     each = [_axis_sizes(g) for g in grammars]
     sizes = {axis: max(s[axis] for s in each) for axis in each[0]}
-    bounds = {name: max(getattr(g, name) for g in grammars) for name in ("stack_depth", "max_configs", "overlay", "lanes")}
+    bounds = {name: max(getattr(g, name) for g in grammars) for name in ("stack_depth", "max_configs", "lanes")}
     parents = [_trie_parents(g) for g in grammars]
     nodes = max(len(p) for ps in parents for p in ps) + bounds["lanes"]
-    layouts = [chunk_layout(ps, bounds["lanes"]) for ps in parents]
-    chunks = max(start.shape[1] for start, _ in layouts)
+    layouts = [chunk_layout(ps, bounds["lanes"], nodes) for ps in parents]
+    chunks = max(start.shape[1] for start, _, _ in layouts)
     padded = []
-    for g, (start, count) in zip(grammars, layouts):
+    for g, (start, count, node_chunk) in zip(grammars, layouts):
         tables = {field: _pad_to(getattr(g, field), [sizes[a] for a in axes], fill) for field, (axes, fill) in _CFG_AXES.items()}
         padded.append(
             dataclasses.replace(
@@ -119,6 +119,7 @@ def _pad_cfgs(grammars: Sequence[CompiledCFG]) -> list[CompiledCFG]:
                 node_column=_pad_to(g.node_column, (sizes["Q"], nodes), 0),
                 chunk_start=_pad_to(start, (sizes["Q"], chunks), 0),
                 num_chunks=_pad_to(count, (sizes["Q"],), 0),
+                node_chunk=_pad_to(node_chunk, (sizes["Q"], nodes), NO_CHUNK),
             )
         )
     return padded

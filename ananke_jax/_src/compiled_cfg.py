@@ -9,6 +9,8 @@ import jax
 
 from ananke_jax._src.compiled import table_bytes
 
+MAX_RULE_LENGTH = 1023  # the symbols of one alternative: the runtime packs them in 10 bits of an LR action
+
 
 class CFGState(NamedTuple):
     """The constraint state of one sequence under a context-free grammar (a `lax.scan` carry).
@@ -45,7 +47,7 @@ class CompiledCFG:
     input last; per lexer state: N trie nodes, P outcomes, B dense rows, Z sparse tokens):
       lexer_start: int32[], the lexer state right after a cut.
       action_kind: int8[S, T]; action_arg, goto, rule_lhs, rule_length, lr_start: LR tables.
-      node_parent, node_column: int32[Q, N + lanes], chunk_start: int32[Q, CH],
+      node_parent, node_column, node_chunk: int32[Q, N + lanes], chunk_start: int32[Q, CH],
         num_chunks: int32[Q]: the prefix tree of terminals to check from each lexer state
         (see `ananke_jax._src.compile.outcome_trie`).
       state_outcomes: int32[Q, P], the global id of each lexer state's outcomes;
@@ -61,8 +63,7 @@ class CompiledCFG:
       eos_mask: uint32[W], the EOS bits.
       fallback_token: int32[], the first EOS id.
       vocab_size, logits_width: static vocabulary sizes.
-      stack_depth, max_configs, overlay, lanes: static bounds D, K, the LR scratch size and
-        the trie nodes checked at once.
+      stack_depth, max_configs, lanes: static bounds D, K and the trie nodes checked at once.
     """
 
     lexer_start: jax.Array
@@ -76,6 +77,7 @@ class CompiledCFG:
     node_column: jax.Array
     chunk_start: jax.Array
     num_chunks: jax.Array
+    node_chunk: jax.Array
     state_outcomes: jax.Array
     outcome_terminals: jax.Array
     outcome_length: jax.Array
@@ -99,7 +101,6 @@ class CompiledCFG:
     logits_width: int
     stack_depth: int
     max_configs: int
-    overlay: int
     lanes: int
 
     @property
@@ -127,7 +128,7 @@ class CompiledCFG:
         )
 
 
-_META = ["vocab_size", "logits_width", "stack_depth", "max_configs", "overlay", "lanes"]
+_META = ["vocab_size", "logits_width", "stack_depth", "max_configs", "lanes"]
 jax.tree_util.register_dataclass(
     CompiledCFG,
     data_fields=[f.name for f in dataclasses.fields(CompiledCFG) if f.name not in _META],

@@ -342,6 +342,7 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         node_column=_device(tries.node_column),
         chunk_start=_device(tries.chunk_start),
         num_chunks=_device(tries.num_chunks),
+        node_chunk=_device(tries.node_chunk),
         state_outcomes=_device(t.state_outcomes),
         outcome_terminals=_device(t.outcome_terminals),
         outcome_length=_device(t.outcome_length),
@@ -365,7 +366,6 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         logits_width=vocab.logits_width,
         stack_depth=stack_depth,
         max_configs=max_configs,
-        overlay=min(stack_depth, lr.push_bound(t.outcome_terminals.shape[1] + 1)),  # a token's terminals, one lookahead
         lanes=tries.lanes,
     )
 

@@ -13,6 +13,7 @@ from lark.common import ParserConf
 from lark.grammar import NonTerminal, Rule, Terminal
 from lark.parsers.lalr_analysis import LALR_Analyzer
 
+from ananke_jax._src.compiled_cfg import MAX_RULE_LENGTH
 from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar
 
@@ -48,37 +49,17 @@ class LRTables:
     def num_states(self) -> int:
         return self.goto.shape[0]
 
-    def push_bound(self, terminals: int) -> int:
-        """An upper bound on how far the stack can grow above the untouched part of a stack
-        while the parser reads ``terminals`` terminals.
-
-        Every state pushed on top derives some of those terminals, except one reduced from the
-        untouched stack alone (at the bottom) and states of empty rules; the empty rules taken
-        before one terminal form a chain in the tables (the lookahead stays), at most E long.
-        So the growth is at most ``1 + terminals * (1 + E)``.
-        """
-        reduce = self.action_kind == REDUCE
-        empty = reduce & (self.rule_length[np.where(reduce, self.action_arg, 0)] == 0)
-        states, columns = np.nonzero(empty)
-        after = self.goto[states, self.rule_lhs[self.action_arg[states, columns]]]
-        chain = np.zeros(self.action_kind.shape, np.int64)  # empty reductions from (state, lookahead)
-        for _ in range(self.num_states + 1):  # longest chains first reach their length; a cycle never settles
-            longer = np.zeros_like(chain)
-            longer[states, columns] = 1 + chain[after, columns]
-            if np.array_equal(longer, chain):
-                break
-            chain = longer
-        else:
-            return np.iinfo(np.int32).max  # a cycle of empty reductions: no bound
-        return 1 + terminals * (1 + int(chain.max(initial=0)))
-
 
 def lr_tables(grammar: Grammar) -> LRTables:
     """Build LALR(1) tables for ``grammar`` (its ignored terminals are not part of the rules).
 
     Raises:
-      GrammarError: the grammar has LR conflicts; the message names the rules and terminals.
+      GrammarError: the grammar has LR conflicts (the message names the rules and terminals) or
+        an alternative longer than the engine takes.
     """
+    for r in grammar.rules:
+        if len(r.expansion) > MAX_RULE_LENGTH:
+            raise GrammarError(f"an alternative of rule {r.origin!r} has {len(r.expansion)} symbols; the engine takes at most {MAX_RULE_LENGTH}")
     terminal_names = tuple(t.name for t in grammar.terminals if t.name not in grammar.ignore)
     nonterminals = grammar.nonterminals
     symbol = lambda name: Terminal(name) if name in grammar.terminal_names else NonTerminal(name)

@@ -27,7 +27,8 @@ class OutcomeTries:
       node_parent: int32[Q, N + lanes], the parent node (-1: the configuration itself; also
         the padding, so that a chunk read past the last node stays in bounds).
       node_column: int32[Q, N + lanes], the LR column a node feeds.
-      chunk_start: int32[Q, CH], the first node of each chunk; num_chunks: int32[Q].
+      chunk_start: int32[Q, CH], the first node of each chunk; num_chunks: int32[Q];
+        node_chunk: int32[Q, N + lanes], the chunk of each node (`NO_CHUNK` past the last).
       outcome_node: int32[Q, P], the node that ends an outcome's terminals (-1: none).
       outcome_lookahead: int32[Q, P, L], the nodes of its lookahead terminals (-1 padding).
       outcome_free: bool[Q, P], its final lexer state needs no lookahead.
@@ -41,6 +42,7 @@ class OutcomeTries:
     node_column: np.ndarray
     chunk_start: np.ndarray
     num_chunks: np.ndarray
+    node_chunk: np.ndarray
     outcome_node: np.ndarray
     outcome_lookahead: np.ndarray
     outcome_free: np.ndarray
@@ -86,8 +88,8 @@ def outcome_tries(
     widest_level = max(trie.widest_level for trie in tries)
     lanes = int(min(max_lanes, 1 << max(0, widest_level - 1).bit_length()))
     parents = [trie.parents for trie in tries]
-    chunk_start, num_chunks = chunk_layout(parents, lanes)
     nodes = max(1, max(map(len, parents))) + lanes
+    chunk_start, num_chunks, node_chunk = chunk_layout(parents, lanes, nodes)
     looks = max(1, max((len(x) for trie in tries for x in trie.lookaheads), default=1))
     lookahead = np.full((num_states, width, looks), -1, np.int32)
     for q, trie in enumerate(tries):
@@ -99,6 +101,7 @@ def outcome_tries(
         node_column=stack_padded([trie.columns for trie in tries], 0, np.int32, nodes),
         chunk_start=chunk_start,
         num_chunks=num_chunks,
+        node_chunk=node_chunk,
         outcome_node=stack_padded([trie.ends for trie in tries], -1, np.int32, width),
         outcome_lookahead=lookahead,
         outcome_free=stack_padded([pending_free[a] for a in after], False, bool, width),
@@ -160,11 +163,15 @@ class _Numbered(NamedTuple):
     widest_level: int
 
 
-def chunk_layout(parents: list[np.ndarray], lanes: int) -> tuple[np.ndarray, np.ndarray]:
+NO_CHUNK = np.iinfo(np.int32).max  # the chunk of the padding after a trie's last node
+
+
+def chunk_layout(parents: list[np.ndarray], lanes: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The chunks of each lexer state's trie (``parents``: its nodes' parents, breadth first):
-    chunk_start int32[Q, CH] and num_chunks int32[Q]."""
+    chunk_start int32[Q, CH], num_chunks int32[Q] and node_chunk int32[Q, width]."""
     chunks = [_chunks(p, lanes) for p in parents]
-    return stack_padded(chunks, 0, np.int32), np.asarray([len(c) for c in chunks], np.int32)
+    node_chunk = [np.repeat(np.arange(len(c)), np.diff(c + [len(p)])) for c, p in zip(chunks, parents)]
+    return stack_padded(chunks, 0, np.int32), np.asarray([len(c) for c in chunks], np.int32), stack_padded(node_chunk, NO_CHUNK, np.int32, width)
 
 
 def _chunks(parents: np.ndarray, lanes: int) -> list[int]:

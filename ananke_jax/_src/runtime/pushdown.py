@@ -4,8 +4,8 @@ Each parse configuration holds an LR stack and a lexer state. From a lexer state
 has a precomputed set of outcomes (terminals completed, lexer state after). Which outcomes the
 stack allows is worked out once per configuration, when the configuration is made (in
 `cfg_advance` and the initial state): the terminals of all outcomes of the lexer state, shared
-through a prefix tree, are fed to an LR simulation on a small local overlay (the stack itself is
-never copied or mutated). The state keeps the verdicts, so `cfg_token_mask` only gathers: a
+through a prefix tree, are fed to LR simulations on copies of the stack (one per trie node, the
+node's parse continuing its parent's). The state keeps the verdicts, so `cfg_token_mask` only gathers: a
 token is allowed when one of its outcomes is valid in some configuration. All loops have
 static bounds or bounded trip counts; nothing branches on traced values in Python.
 """
@@ -17,7 +17,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ananke_jax._src.compiled_cfg import CFGState, CompiledCFG
+from ananke_jax._src.compiled_cfg import MAX_RULE_LENGTH, CFGState, CompiledCFG
 from ananke_jax._src.runtime.masks import is_allowed
 
 SHIFT, REDUCE, ACCEPT = 1, 2, 3
@@ -26,60 +26,48 @@ SHIFT, REDUCE, ACCEPT = 1, 2, 3
 class _LR(NamedTuple):
     """The LR tables in the form one parser action reads them (derived once per step)."""
 
-    action: jax.Array  # int32[S, T]: argument << 2 | kind
-    rule_length: jax.Array  # int32[R]
+    action: jax.Array  # int32[S, T]: argument << 12 | states popped << 2 | kind
     goto: jax.Array  # int32[S, R]: the state pushed after reducing by each rule
 
 
 def _lr(cg: CompiledCFG) -> _LR:
-    action = jnp.left_shift(cg.action_arg, 2) | cg.action_kind.astype(jnp.int32)
-    return _LR(action, cg.rule_length, cg.goto[:, cg.rule_lhs])
+    kind = cg.action_kind.astype(jnp.int32)
+    popped = jnp.where(kind == REDUCE, cg.rule_length[cg.action_arg], 0)
+    return _LR(jnp.left_shift(cg.action_arg, 12) | jnp.left_shift(popped, 2) | kind, cg.goto[:, cg.rule_lhs])
 
 
 class _Parse(NamedTuple):
-    """An LR simulation on top of a read-only stack: ``stack[:base] ++ overlay[:height]``."""
+    """An LR simulation on a copy of a configuration's stack."""
 
-    base: jax.Array  # int32[]
-    overlay: jax.Array  # int32[H]
+    stack: jax.Array  # int32[D]; entries at and above the height are junk
     height: jax.Array  # int32[]
     top: jax.Array  # int32[], the state on top
     pos: jax.Array  # int32[], terminals consumed
     ok: jax.Array  # bool[], no error so far
-    overflow: jax.Array  # bool[], the stack bounds were hit
+    overflow: jax.Array  # bool[], the stack depth was hit
 
 
-def _fresh(cg: CompiledCFG, stack, depth) -> _Parse:
-    top = stack[jnp.maximum(depth - 1, 0)]
-    return _Parse(depth, jnp.zeros(cg.overlay, jnp.int32), jnp.int32(0), top, jnp.int32(0), jnp.bool_(True), jnp.bool_(False))
+def _fresh(stack, depth) -> _Parse:
+    return _Parse(stack, depth, stack[jnp.maximum(depth - 1, 0)], jnp.int32(0), jnp.bool_(True), jnp.bool_(False))
 
 
-def _below(stack, base, overlay, height):
-    """The LR state on top of ``stack[:base] ++ overlay[:height]``."""
-    return jnp.where(height > 0, overlay[jnp.maximum(height - 1, 0)], stack[jnp.maximum(base - 1, 0)])
-
-
-def _act(lr: _LR, stack, terminals, length, p: _Parse) -> _Parse:
-    """One LR action on input ``terminals[:length]`` (a no-op once the input is used up or
-    rejected): a shift or accept consumes a terminal, a reduction pops and pushes a goto."""
-    h, d = p.overlay.shape[0], stack.shape[0]
+def _act(lr: _LR, column, length, p: _Parse) -> _Parse:
+    """One LR action on terminal ``column`` while ``pos < length`` (a no-op once the input is
+    used up or rejected): a shift or accept consumes it, a reduction pops and pushes a goto."""
     active = p.ok & (p.pos < length)
-    entry = lr.action[p.top, terminals[jnp.minimum(p.pos, terminals.shape[0] - 1)]]
-    kind, arg = entry & 3, jnp.right_shift(entry, 2)
-    is_shift, is_reduce, is_accept = kind == SHIFT, kind == REDUCE, kind == ACCEPT
-    popped = jnp.where(is_reduce, lr.rule_length[arg], 0)
-    from_overlay = jnp.minimum(popped, p.height)
-    height, base = p.height - from_overlay, p.base - (popped - from_overlay)
-    pushed = jnp.where(is_shift, arg, lr.goto[_below(stack, base, p.overlay, height), arg])
-    push = is_shift | is_reduce
-    full = push & ((height >= h) | (base + height >= d))
+    entry = lr.action[p.top, column]
+    kind, popped, arg = entry & 3, jnp.right_shift(entry, 2) & MAX_RULE_LENGTH, jnp.right_shift(entry, 12)
+    is_shift, push = kind == SHIFT, (kind == SHIFT) | (kind == REDUCE)
+    height = p.height - popped
+    pushed = jnp.where(is_shift, arg, lr.goto[p.stack[jnp.maximum(height - 1, 0)], arg])
+    full = push & (height >= p.stack.shape[0])
     write = active & push & ~full
     return _Parse(
-        base=jnp.where(active, base, p.base),
-        overlay=jnp.where(write & (jnp.arange(h) == height), pushed, p.overlay),
+        stack=jnp.where(write & (jnp.arange(p.stack.shape[0]) == height), pushed, p.stack),
         height=jnp.where(active, height + write, p.height),
         top=jnp.where(write, pushed, p.top),
-        pos=p.pos + (active & (is_shift | is_accept)),
-        ok=p.ok & ~(active & (full | ~(push | is_accept))),
+        pos=p.pos + (active & (is_shift | (kind == ACCEPT))),
+        ok=p.ok & ~(active & (full | ~(push | (kind == ACCEPT)))),
         overflow=p.overflow | (active & full),
     )
 
@@ -102,9 +90,9 @@ def _feed(cg: CompiledCFG, lr: _LR, stack, depth, terminals, length) -> _Parse:
 
     def body(carry):
         p, trips = carry
-        return _act(lr, stack, terminals, length, p), trips + 1
+        return _act(lr, terminals[jnp.minimum(p.pos, terminals.shape[0] - 1)], length, p), trips + 1
 
-    p, _ = jax.lax.while_loop(lambda c: _running(c[0], length) & (c[1] < limit), body, (_fresh(cg, stack, depth), jnp.int32(0)))
+    p, _ = jax.lax.while_loop(lambda c: _running(c[0], length) & (c[1] < limit), body, (_fresh(stack, depth), jnp.int32(0)))
     return p._replace(overflow=p.overflow | _running(p, length))  # out of actions
 
 
@@ -116,24 +104,18 @@ def _walk_trie(cg: CompiledCFG, lr: _LR, stack, depth, lexer) -> _Parse:
     Returns a `_Parse` per node (arrays with a leading node axis); a node's terminal is
     accepted when `_accepted` holds for it.
     """
-    size, lanes = cg.node_parent.shape[1], cg.lanes
-    parent_of, column_of = cg.node_parent[lexer], cg.node_column[lexer]
+    lanes, fresh = cg.lanes, _fresh(stack, depth)
+    parent_of, column_of, chunk_of = cg.node_parent[lexer], cg.node_column[lexer], cg.node_chunk[lexer]
     chunks, starts = cg.num_chunks[lexer], cg.chunk_start[lexer]
-    # The trie's last node (breadth first) is a leaf, and every leaf is named by an outcome, a
-    # lookahead or a completion: the highest node they name counts the nodes.
-    count = jnp.maximum(jnp.maximum(cg.outcome_node[lexer].max(), cg.outcome_lookahead[lexer].max()), cg.complete_node[lexer].max()) + 1
-    ends = jnp.where(jnp.arange(starts.shape[0]) + 1 < chunks, jnp.roll(starts, -1), count)
-    chunk_of = jnp.searchsorted(jnp.where(jnp.arange(starts.shape[0]) < chunks, starts, size), jnp.arange(size), side="right") - 1
-    act = jax.vmap(lambda col, p: _act(lr, stack, col[None], jnp.int32(1), p))
+    act = jax.vmap(lambda col, p: _act(lr, col, 1, p))
 
     def next_chunk(c, nodes: _Parse):
-        """The chunk of the first node after chunk ``c`` whose parent was accepted, is the root
-        or overflowed (which its descendants must inherit): the chunks in between have only
+        """The first chunk after ``c`` with a node whose parent was accepted, is the root or
+        overflowed (which its descendants must inherit): the chunks in between have only
         refused nodes."""
         parent = jnp.maximum(parent_of, 0)
         reached = (parent_of < 0) | _accepted(nodes)[parent] | nodes.overflow[parent]
-        later = reached & (jnp.arange(size) >= ends[c]) & (jnp.arange(size) < count)
-        return jnp.where(later.any(), chunk_of[jnp.argmax(later)], chunks)
+        return jnp.where(reached & (chunk_of > c), chunk_of, chunks).min()
 
     def load(c, nodes: _Parse) -> tuple[_Parse, jax.Array]:
         """The lanes of chunk ``c``, each starting from its parent's parse (lanes past the
@@ -141,9 +123,8 @@ def _walk_trie(cg: CompiledCFG, lr: _LR, stack, depth, lexer) -> _Parse:
         start = starts[c]
         parent = jax.lax.dynamic_slice(parent_of, (start,), (lanes,))
         root, p = parent < 0, jnp.maximum(parent, 0)
-        fresh = _fresh(cg, stack, depth)
         lane = jax.tree_util.tree_map(lambda n, f: jnp.where(root.reshape((-1,) + (1,) * f.ndim), jnp.broadcast_to(f, n[p].shape), n[p]), nodes, fresh)
-        inside = start + jnp.arange(lanes) < ends[c]
+        inside = jax.lax.dynamic_slice(chunk_of, (start,), (lanes,)) == c
         lane = lane._replace(pos=jnp.zeros(lanes, jnp.int32), ok=inside & (root | _accepted(nodes)[p]))
         return lane, jax.lax.dynamic_slice(column_of, (start,), (lanes,))
 
@@ -156,7 +137,7 @@ def _walk_trie(cg: CompiledCFG, lr: _LR, stack, depth, lexer) -> _Parse:
         nodes = jax.tree_util.tree_map(lambda n, x: jax.lax.dynamic_update_slice_in_dim(n, x, starts[c], 0), nodes, lane)
         return next_chunk(c, nodes), nodes
 
-    nodes = jax.tree_util.tree_map(lambda x: jnp.zeros((size,) + x.shape, x.dtype), _fresh(cg, stack, depth))
+    nodes = jax.tree_util.tree_map(lambda x: jnp.zeros(parent_of.shape + x.shape, x.dtype), fresh)
     limit = cg.stack_depth + 2  # actions for one terminal: the reductions, then a shift
     return jax.lax.while_loop(lambda c: c[0] < chunks, run_chunk, (jnp.int32(0), nodes))[1]
 
@@ -304,9 +285,7 @@ def _follow(cg: CompiledCFG, lr: _LR, state: CFGState, config, local) -> _Config
     stack, depth, lexer = state.stacks[config], state.depth[config], state.lexer[config]
     outcome = cg.state_outcomes[lexer, local]
     p = _feed(cg, lr, stack, depth, cg.outcome_terminals[outcome], cg.outcome_length[outcome])
-    index = p.base + jnp.arange(cg.overlay)
-    written = jnp.where(jnp.arange(cg.overlay) < p.height, p.overlay, stack[jnp.minimum(index, cg.stack_depth - 1)])
-    return _Configs(stack.at[index].set(written, mode="drop"), p.base + p.height, cg.outcome_lexer[lexer, local])
+    return _Configs(p.stack, p.height, cg.outcome_lexer[lexer, local])
 
 
 def cfg_advance(cg: CompiledCFG, state: CFGState, token) -> CFGState:
