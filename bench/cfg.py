@@ -4,6 +4,7 @@ with XGrammar and llguidance (when installed) on the same token walk.
 The walk is a tokenised example output of the JSON and C grammars in grammars/, with both real
 vocabularies. ananke_jax is timed the way it is used, inside one jitted `lax.scan` over the
 tokens, and also per call from the host; the peers are timed per call (their only mode).
+Our scans and llguidance's walks are taken in turn, and their medians compared.
 
     pip install torch==2.13.0 && pip install xgrammar llguidance   # optional peers
     python bench/cfg.py
@@ -15,43 +16,45 @@ import statistics
 import sys
 import time
 
+import numpy as np
+
 _HERE = __file__.rsplit("/", 1)[0]
 sys.path[:0] = [_HERE, f"{_HERE}/../tests"]
-from common import encoders, llguidance_tokenizer, llguidance_walk, load_vocabularies, machine, ours_per_token, summary, xgrammar_info, xgrammar_walk  # noqa: E402
+from common import encoders, llguidance_tokenizer, llguidance_walk, load_vocabularies, machine, ours_per_call, ours_scan, summary, xgrammar_info, xgrammar_walk  # noqa: E402
 from test_frontends import GRAMMAR_EXAMPLES  # noqa: E402
 
 import ananke_jax as aj  # noqa: E402
 
 WORKLOADS = {"json": "json.gbnf", "c": "c_subset.gbnf"}
+REPEATS = 21  # walks of ours and of llguidance, in turn: this machine's timings drift
 
 
-def bench_ours(text: str, vocab, tokens: list[int]) -> dict:
-    start = time.perf_counter()
-    cg = aj.compile_gbnf(text, vocab)
-    compile_s = time.perf_counter() - start
-    return {"compile": compile_s, "bytes": cg.table_bytes, **ours_per_token(cg, tokens)}
-
-
-def bench_xgrammar(text: str, vocab, tokens: list[int]):
+def xgrammar_run(text: str, vocab, tokens: list[int]) -> tuple[float, list[float]]:
+    """XGrammar's compile seconds and per-call seconds along the walk (one walk: it is slow)."""
     import xgrammar as xgr
 
-    info = xgrammar_info(vocab)
     start = time.perf_counter()
-    compiled = xgr.GrammarCompiler(info, cache_enabled=False).compile_grammar(text)
-    compile_s = time.perf_counter() - start
-    return {"compile": compile_s, "call": xgrammar_walk(compiled, vocab, tokens)}
+    compiled = xgr.GrammarCompiler(xgrammar_info(vocab), cache_enabled=False).compile_grammar(text)
+    return time.perf_counter() - start, xgrammar_walk(compiled, vocab, tokens)
 
 
-def bench_llguidance(text: str, vocab, encode, tokens: list[int]):
+def llguidance_matchers(text: str, vocab, encode):
+    """llguidance's compile seconds, a function making a fresh matcher for the grammar, and the
+    width of its bitmasks."""
     import llguidance
     from llguidance.gbnf_to_lark import any_to_lark
 
     tokenizer = llguidance_tokenizer(vocab, encode)
+    grammar = llguidance.LLMatcher.grammar_from_lark(any_to_lark(text))
+
+    def matcher():
+        m = llguidance.LLMatcher(tokenizer, grammar)
+        assert not m.is_error(), m.get_error()
+        return m
+
     start = time.perf_counter()
-    matcher = llguidance.LLMatcher(tokenizer, llguidance.LLMatcher.grammar_from_lark(any_to_lark(text)))
-    compile_s = time.perf_counter() - start
-    assert not matcher.is_error(), matcher.get_error()
-    return {"compile": compile_s, "call": llguidance_walk(matcher, tokenizer.vocab_size, tokens)}
+    matcher()
+    return time.perf_counter() - start, matcher, tokenizer.vocab_size
 
 
 def main():
@@ -63,20 +66,32 @@ def main():
         for name, vocab in vocabs.items():
             tokens = encode[name](example)
             print(f"\n## {workload} ({filename}), {name}, {len(tokens)} tokens")
-            ours = bench_ours(text, vocab, tokens)
-            print(f"{'ananke_jax scan':>18}: {ours['scan'] * 1e6:8.1f} us/token (mask + advance, one jitted lax.scan)")
-            print(f"{'ananke_jax call':>18}: {summary(ours['call'])}   compile {ours['compile']:.2f} s, tables {ours['bytes'] / 1e6:.1f} MB")
-            for peer, run in (("xgrammar", lambda: bench_xgrammar(text, vocab, tokens)), ("llguidance", lambda: bench_llguidance(text, vocab, encode[name], tokens))):
-                try:
-                    result = run()
-                except ImportError:
-                    print(f"{peer:>18}: not installed")
-                    continue
-                except Exception as e:  # a peer that cannot take the grammar is reported, not fatal
-                    print(f"{peer:>18}: failed: {type(e).__name__}: {str(e)[:120]}")
-                    continue
-                ratio = ours["scan"] / statistics.mean(result["call"])
-                print(f"{peer:>18}: {summary(result['call'])}   compile {result['compile']:.2f} s   ours(scan)/peer = {ratio:.2f}")
+            start = time.perf_counter()
+            cg = aj.compile_gbnf(text, vocab)
+            compile_s = time.perf_counter() - start
+            scan = ours_scan(cg, tokens)
+            try:
+                llg_compile, matcher, width = llguidance_matchers(text, vocab, encode[name])
+            except ImportError:
+                matcher = None
+            ours, peer, peer_calls = [], [], []
+            for _ in range(REPEATS):
+                ours.append(scan())
+                if matcher is not None:
+                    peer_calls = llguidance_walk(matcher(), width, tokens)
+                    peer.append(statistics.mean(peer_calls))
+            print(f"{'ananke_jax scan':>18}: {statistics.median(ours) * 1e6:8.1f} us/token (mask + advance, one jitted lax.scan; median of {REPEATS})")
+            print(f"{'ananke_jax call':>18}: {summary(ours_per_call(cg, tokens))}   compile {compile_s:.2f} s, tables {cg.table_bytes / 1e6:.1f} MB")
+            if matcher is None:
+                print(f"{'llguidance':>18}: not installed")
+            else:
+                ratio = statistics.median(ours) / statistics.median(peer)
+                print(f"{'llguidance':>18}: {statistics.median(peer) * 1e6:8.1f} us/token (median of {REPEATS} walks, taken in turn with ours; last walk p99 {np.percentile(peer_calls, 99) * 1e6:.1f} us)   compile {llg_compile:.2f} s   ours(scan)/peer = {ratio:.2f}")
+            try:
+                xgr_compile, xgr_calls = xgrammar_run(text, vocab, tokens)
+                print(f"{'xgrammar':>18}: {summary(xgr_calls)}   compile {xgr_compile:.2f} s   ours(scan)/peer = {statistics.median(ours) / statistics.mean(xgr_calls):.2f}")
+            except ImportError:
+                print(f"{'xgrammar':>18}: not installed")
 
 
 if __name__ == "__main__":

@@ -48,16 +48,13 @@ def summary(seconds: list[float]) -> str:
     return f"mean {us.mean():8.1f} us  p99 {np.percentile(us, 99):8.1f} us"
 
 
-def ours_per_token(cg, tokens: list[int], repeats: int = 15) -> dict:
-    """Seconds of mask + advance per token along a walk the constraint must accept.
+def ours_scan(cg, tokens: list[int]):
+    """A function that runs one jitted `lax.scan` of mask + advance along the walk and returns
+    its seconds per token (compiled and checked here).
 
-    Returns:
-        ``scan``: the median over ``repeats`` runs of one jitted `lax.scan` over the tokens, per
-        token; ``call``: the seconds of each token's jitted mask and advance called from the host.
     Raises:
         AssertionError: if the walk is not accepted.
     """
-    mask, advance = jax.jit(aj.token_mask), jax.jit(aj.advance)
 
     @jax.jit
     def walk(cg, tokens):
@@ -72,11 +69,18 @@ def ours_per_token(cg, tokens: list[int], repeats: int = 15) -> dict:
 
     ids = jnp.asarray(tokens, jnp.int32)
     assert bool(walk(cg, ids)[1]), "the walk must be accepted"
-    scans = []
-    for _ in range(repeats):  # the median of many runs: this machine's timings are noisy
+
+    def run() -> float:
         start = time.perf_counter()
         walk(cg, ids)[0].block_until_ready()
-        scans.append((time.perf_counter() - start) / len(tokens))
+        return (time.perf_counter() - start) / len(tokens)
+
+    return run
+
+
+def ours_per_call(cg, tokens: list[int]) -> list[float]:
+    """The seconds of each token's jitted mask and advance called from the host, along the walk."""
+    mask, advance = jax.jit(aj.token_mask), jax.jit(aj.advance)
     state = cg.init_state()
     mask(cg, state).block_until_ready()
     jax.block_until_ready(advance(cg, state, tokens[0]))  # compile both before timing
@@ -86,7 +90,17 @@ def ours_per_token(cg, tokens: list[int], repeats: int = 15) -> dict:
         mask(cg, state).block_until_ready()
         state = jax.block_until_ready(advance(cg, state, token))
         per_call.append(time.perf_counter() - start)
-    return {"scan": statistics.median(scans), "call": per_call}
+    return per_call
+
+
+def ours_per_token(cg, tokens: list[int], repeats: int = 15) -> dict:
+    """Seconds of mask + advance per token along a walk the constraint must accept.
+
+    Returns:
+        ``scan``: the median over ``repeats`` runs of `ours_scan`; ``call``: `ours_per_call`.
+    """
+    scan = ours_scan(cg, tokens)
+    return {"scan": statistics.median(scan() for _ in range(repeats)), "call": ours_per_call(cg, tokens)}
 
 
 def xgrammar_info(vocab: aj.Vocabulary):
