@@ -134,9 +134,19 @@ def _byte_encoder(vocab: aj.Vocabulary) -> Callable[[str], list[int]]:
     return encode
 
 
+def _acceleration(requested: str, constraint) -> str:
+    """The acceleration to run. ``auto`` is speculative on a token DFA (faster than plain
+    constrained decoding there in bench/domino.py) and none on the pushdown engine (slower)."""
+    if constraint is None:
+        return "none"
+    if requested == "auto":
+        return "speculative" if isinstance(constraint, aj.CompiledGrammar) else "none"
+    return requested
+
+
 def _run(step_fn, params, config, prompt, constraint, vocab, args, drafts=None):
     batch = np.repeat(np.asarray([prompt], np.int32), args.batch, axis=0)
-    acceleration = args.acceleration if constraint is not None else "none"
+    acceleration = _acceleration(args.acceleration, constraint)
     cache = models.init_cache(config, args.batch, batch.shape[1] + args.max_tokens + args.draft_length)
     result = aj.generate(
         step_fn, params, batch, constraint, cache=cache, max_new_tokens=args.max_tokens, eos_token_ids=vocab.eos_token_ids,
@@ -162,9 +172,11 @@ def generate_command(args) -> int:
     constraint, check, what = _constraint(args, vocab)
     done()
     print(f"constraint: {what}: {constraint}")
+    acceleration = _acceleration(args.acceleration, constraint)
+    print(f"acceleration: {acceleration}" + (" (auto)" if args.acceleration == "auto" else ""))
     prompt = encode(args.prompt)
     done = _progress(f"generating {args.batch} x up to {args.max_tokens} tokens, constrained and unconstrained")
-    drafts = aj.draft_tables(constraint, vocab) if args.acceleration == "speculative" else None  # host work, once
+    drafts = aj.draft_tables(constraint, vocab) if acceleration == "speculative" else None  # host work, once
     result, seconds = _timed(lambda: _run(step_fn, params, config, prompt, constraint, vocab, args, drafts))
     free, free_seconds = _timed(lambda: _run(step_fn, params, config, prompt, None, vocab, args))
     done()
@@ -179,7 +191,7 @@ def generate_command(args) -> int:
     constrained_rate, free_rate = rate(result, seconds), rate(free, free_seconds)
     print(f"{valid}/{args.batch} outputs valid")
     print(f"tokens/s: constrained {constrained_rate:.1f}, unconstrained {free_rate:.1f} (ratio {constrained_rate / free_rate:.2f})")
-    if args.acceleration == "speculative":
+    if acceleration == "speculative":
         drafted, accepted = int(np.asarray(result.stats["drafted"]).sum()), int(np.asarray(result.stats["accepted"]).sum())
         print(f"speculative: {accepted}/{drafted} draft tokens accepted, {int(result.stats['model_calls'])} model calls")
     return 0 if valid == args.batch else 1
@@ -222,7 +234,10 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--batch", type=int, default=1)
-    gen.add_argument("--acceleration", choices=aj.ACCELERATIONS, default="none", help="DOMINO's accelerations (default: none)")
+    gen.add_argument(
+        "--acceleration", choices=("auto", *aj.ACCELERATIONS), default="auto",
+        help="DOMINO's accelerations (default: auto, speculative on a token DFA, none on the pushdown engine)",
+    )  # fmt: skip
     gen.add_argument("--draft-length", type=int, default=4, help="draft tokens verified per model call (speculative)")
     gen.set_defaults(run=generate_command)
     comp = commands.add_parser("compile", help="compile a constraint and save its tables")
