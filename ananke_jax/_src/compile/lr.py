@@ -45,10 +45,6 @@ class LRTables:
     rule_length: np.ndarray
     start_state: int
 
-    @property
-    def num_states(self) -> int:
-        return self.goto.shape[0]
-
 
 def lr_tables(grammar: Grammar) -> LRTables:
     """Build LALR(1) tables for ``grammar`` (its ignored terminals are not part of the rules).
