@@ -57,7 +57,8 @@ def _act(lr: _LR, column, length, p: _Parse) -> _Parse:
     active = p.ok & (p.pos < length)
     entry = lr.action[p.top, column]
     kind, popped, arg = entry & 3, jnp.right_shift(entry, 2) & MAX_RULE_LENGTH, jnp.right_shift(entry, 12)
-    is_shift, push = kind == SHIFT, (kind == SHIFT) | (kind == REDUCE)
+    is_shift, is_accept = kind == SHIFT, kind == ACCEPT
+    push = is_shift | (kind == REDUCE)
     height = p.height - popped
     pushed = jnp.where(is_shift, arg, lr.goto[p.stack[jnp.maximum(height - 1, 0)], arg])
     full = push & (height >= p.stack.shape[0])
@@ -66,8 +67,8 @@ def _act(lr: _LR, column, length, p: _Parse) -> _Parse:
         stack=jnp.where(write & (jnp.arange(p.stack.shape[0]) == height), pushed, p.stack),
         height=jnp.where(active, height + write, p.height),
         top=jnp.where(write, pushed, p.top),
-        pos=p.pos + (active & (is_shift | (kind == ACCEPT))),
-        ok=p.ok & ~(active & (full | ~(push | (kind == ACCEPT)))),
+        pos=p.pos + (active & (is_shift | is_accept)),
+        ok=p.ok & ~(active & (full | ~(push | is_accept))),
         overflow=p.overflow | (active & full),
     )
 
@@ -81,19 +82,21 @@ def _running(p: _Parse, length):
     return p.ok & (p.pos < length)
 
 
-def _feed(cg: CompiledCFG, lr: _LR, stack, depth, terminals, length) -> _Parse:
+def _run(step, p: _Parse, length, limit: int) -> _Parse:
+    """Apply ``step`` (parse -> parse, on one parse or a vector of them) until no parse is still
+    reading its ``length`` terminals, or for ``limit`` trips: parses then still reading ran out
+    of actions, which counts as overflow."""
+    p, _ = jax.lax.while_loop(lambda x: _running(x[0], length).any() & (x[1] < limit), lambda x: (step(x[0]), x[1] + 1), (p, jnp.int32(0)))
+    return p._replace(overflow=p.overflow | _running(p, length))
+
+
+def _feed(lr: _LR, stack, depth, terminals, length) -> _Parse:
     """Feed LR columns ``terminals[:length]`` (int32[M]) to the parser of one configuration.
 
     Returns the simulation after the input: ``ok & (pos >= length)`` when it was accepted.
     """
-    limit = terminals.shape[0] * (stack.shape[0] + 2)  # each terminal takes at most D + 2 actions
-
-    def body(carry):
-        p, trips = carry
-        return _act(lr, terminals[jnp.minimum(p.pos, terminals.shape[0] - 1)], length, p), trips + 1
-
-    p, _ = jax.lax.while_loop(lambda c: _running(c[0], length) & (c[1] < limit), body, (_fresh(stack, depth), jnp.int32(0)))
-    return p._replace(overflow=p.overflow | _running(p, length))  # out of actions
+    step = lambda p: _act(lr, terminals[jnp.minimum(p.pos, terminals.shape[0] - 1)], length, p)
+    return _run(step, _fresh(stack, depth), length, terminals.shape[0] * (stack.shape[0] + 2))  # D + 2 actions a terminal
 
 
 def _walk_trie(cg: CompiledCFG, lr: _LR, stack, depth, lexer) -> _Parse:
@@ -132,8 +135,7 @@ def _walk_trie(cg: CompiledCFG, lr: _LR, stack, depth, lexer) -> _Parse:
         """Load chunk ``c``, run its lanes to the end of their terminal, store them, move on."""
         c, nodes = carry
         lane, column = load(c, nodes)
-        lane, _ = jax.lax.while_loop(lambda x: _running(x[0], 1).any() & (x[1] < limit), lambda x: (act(column, x[0]), x[1] + 1), (lane, jnp.int32(0)))
-        lane = lane._replace(overflow=lane.overflow | _running(lane, 1))  # out of actions
+        lane = _run(lambda x: act(column, x), lane, 1, limit)
         nodes = jax.tree_util.tree_map(lambda n, x: jax.lax.dynamic_update_slice_in_dim(n, x, starts[c], 0), nodes, lane)
         return next_chunk(c, nodes), nodes
 
@@ -284,7 +286,7 @@ def _follow(cg: CompiledCFG, lr: _LR, state: CFGState, config, local) -> _Config
     """The configuration that configuration ``config`` makes by following its outcome ``local``."""
     stack, depth, lexer = state.stacks[config], state.depth[config], state.lexer[config]
     outcome = cg.state_outcomes[lexer, local]
-    p = _feed(cg, lr, stack, depth, cg.outcome_terminals[outcome], cg.outcome_length[outcome])
+    p = _feed(lr, stack, depth, cg.outcome_terminals[outcome], cg.outcome_length[outcome])
     return _Configs(p.stack, p.height, cg.outcome_lexer[lexer, local])
 
 
