@@ -24,6 +24,7 @@ from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.json_schema import numbers
 from ananke_jax._src.json_schema.api import json_schema_rules
 from ananke_jax._src.json_schema.assemble import inline
+from ananke_jax._src.json_schema.gaps import expand_gaps, with_bounded_gaps
 
 STEPS = 96
 _STRUCTURAL = (b"{", b"}", b"[", b"]", b'"', b",", b":", b'":', b'",', b"1", b"0", b"true", b"null", b" ")
@@ -149,6 +150,22 @@ def test_flexible_whitespace_runs_are_bounded():
     assert _accepts(dfa, '{"name":"A",' + " " * 24 + '"age":1}')
     assert not _accepts(dfa, '{"name":"A",' + " " * 25 + '"age":1}')
     assert not _accepts(dfa, ' {"name":"A","age":1}')  # none outside the value
+
+
+@pytest.mark.parametrize("name", sorted(REGULAR))
+def test_placeholder_gaps_give_the_minimal_automaton_of_bounded_whitespace(name):
+    """Flexible gaps compiled as one placeholder byte, then expanded (the regular route) or
+    substituted (the pushdown route, automata within included), give the very automaton that
+    the regex of bounded whitespace runs gives: same language, same number of states."""
+    bounded = _inlined(json_schema_rules(REGULAR[name]))
+    placeholders = json_schema_rules(REGULAR[name], placeholder_gaps=True)
+    for dfa in (expand_gaps(_inlined(placeholders)), _inlined(placeholders, with_bounded_gaps)):
+        assert dfa.num_states == bounded.num_states
+        assert rx.difference(dfa, bounded).start == 0 and rx.difference(bounded, dfa).start == 0
+
+
+def _inlined(rules, rewrite=lambda node: node):
+    return rx.to_dfa(rewrite(inline(rules, set())[rules.start]))
 
 
 def test_optional_properties_keep_schema_order_and_may_be_omitted():

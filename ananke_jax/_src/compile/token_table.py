@@ -383,7 +383,7 @@ def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[n
     flip_row, flip_class = np.nonzero(flips)
     if sizes[flip_class].sum() * _DENSE_ROWS_FACTOR > num_rows * num_tokens:
         return pack_bits(np.take(rows, class_of_token, axis=1)), row_of_state
-    tokens_by_class = np.argsort(class_of_token, kind="stable")
+    tokens_by_class = np.argsort(class_of_token.astype(np.uint16) if num_classes <= 1 << 16 else class_of_token, kind="stable")  # a radix sort
     tokens = tokens_by_class[concatenated_ranges(np.cumsum(sizes)[flip_class] - sizes[flip_class], sizes[flip_class])]
     num_words = -(-num_tokens // 32)
     # Flipped bits per (row, word): distinct bits, so their sum (exact in float64) is their OR.

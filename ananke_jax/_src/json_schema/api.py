@@ -16,6 +16,7 @@ from ananke_jax._src.grammar_text import to_gbnf, to_lark
 from ananke_jax._src.ir import Grammar
 from ananke_jax._src.json_schema.assemble import inline, recursive_rules, to_grammar
 from ananke_jax._src.json_schema.compiler import Rules, SchemaCompiler
+from ananke_jax._src.json_schema.gaps import expand_gaps, with_bounded_gaps
 from ananke_jax._src.vocab import Vocabulary
 
 DEFAULT_MAX_DEPTH = 32
@@ -23,9 +24,16 @@ DEFAULT_MAX_DEPTH = 32
 
 @pausing_gc
 def json_schema_rules(
-    schema, *, whitespace="flexible", strict: bool = True, allow_additional: bool = False, max_depth: int = DEFAULT_MAX_DEPTH
+    schema,
+    *,
+    whitespace="flexible",
+    strict: bool = True,
+    allow_additional: bool = False,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    placeholder_gaps: bool = False,
 ) -> Rules:
-    """Translate ``schema`` (a dict, bool or JSON text) into rules; options as `compile_json_schema`."""
+    """Translate ``schema`` (a dict, bool or JSON text) into rules; options as `compile_json_schema`
+    (``placeholder_gaps``: flexible whitespace as `gaps.GAP`)."""
     if isinstance(schema, (str, bytes)):
         try:
             schema = json.loads(schema, parse_float=decimal.Decimal)
@@ -33,7 +41,9 @@ def json_schema_rules(
             raise SchemaError(f"invalid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
     if not isinstance(max_depth, int) or max_depth < 1:
         raise SchemaError(f"max_depth must be a positive integer, got {max_depth!r}")
-    compiler = SchemaCompiler(schema, whitespace=whitespace, strict=strict, allow_additional=allow_additional, max_depth=max_depth)
+    compiler = SchemaCompiler(
+        schema, whitespace=whitespace, strict=strict, allow_additional=allow_additional, max_depth=max_depth, placeholder_gaps=placeholder_gaps
+    )
     start = compiler.rule("#", 0)
     rules = Rules(start.name, compiler.bodies)
     if rules.bodies[rules.start] == rx.NOTHING:
@@ -75,7 +85,7 @@ def compile_json_schema(
       schema: the schema, as a dict, a bool, or JSON text.
       vocab: the vocabulary.
       whitespace: ``"flexible"`` (any JSON whitespace inside containers, runs of at most
-        `MAX_WHITESPACE_RUN`), ``"compact"`` (none), or an indent width ``n`` (exactly
+        `gaps.MAX_WHITESPACE_RUN`), ``"compact"`` (none), or an indent width ``n`` (exactly
         ``json.dumps(value, indent=n)``'s layout).
       strict: raise `SchemaError` on keywords that cannot be compiled; False ignores them with a
         warning (the relaxation is named in the message). Either way, a ``oneOf`` whose branches
@@ -101,13 +111,18 @@ def compile_json_schema(
     """
     if engine not in ("auto", "pushdown"):
         raise SchemaError(f"engine must be 'auto' or 'pushdown', got {engine!r}")
-    rules = json_schema_rules(schema, whitespace=whitespace, strict=strict, allow_additional=allow_additional, max_depth=max_depth)
+    placeholders = whitespace == "flexible"
+    rules = json_schema_rules(
+        schema, whitespace=whitespace, strict=strict, allow_additional=allow_additional, max_depth=max_depth, placeholder_gaps=placeholders
+    )
     recursive = recursive_rules(rules)
     if not recursive and engine == "auto":
         dfa = rx.to_dfa(inline(rules, set())[rules.start])
         if dfa.start == 0:
             raise SchemaError("the schema accepts no JSON value")
-        return compile_dfa(dfa, vocab)
+        return compile_dfa(expand_gaps(dfa) if placeholders else dfa, vocab)
+    if placeholders:
+        rules = Rules(rules.start, {name: with_bounded_gaps(body) for name, body in rules.bodies.items()})
     try:
         return compile_grammar(to_grammar(rules, recursive), vocab, stack_depth=4 * max_depth, max_configs=max_configs)
     except GrammarError as e:

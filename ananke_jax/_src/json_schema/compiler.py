@@ -97,9 +97,9 @@ class Rules:
 class SchemaCompiler:
     """Translates one schema document; use `compile_rules`."""
 
-    def __init__(self, root, *, whitespace, strict: bool, allow_additional: bool, max_depth: int):
+    def __init__(self, root, *, whitespace, strict: bool, allow_additional: bool, max_depth: int, placeholder_gaps: bool = False):
         self.resolver = Resolver(root)
-        self.layout = Layout(whitespace)
+        self.layout = Layout(whitespace, placeholder_gaps=placeholder_gaps)
         self.strict = strict
         self.allow_additional = allow_additional
         self.max_depth = max_depth

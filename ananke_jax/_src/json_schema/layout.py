@@ -7,18 +7,17 @@ from __future__ import annotations
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.errors import SchemaError
-
-MAX_WHITESPACE_RUN = 24  # longest whitespace run in "flexible" mode; the model cannot loop on it
+from ananke_jax._src.json_schema.gaps import BOUNDED_GAP, GAP
 
 
 class Layout:
     """Separators as regex nodes. ``depth`` is the nesting depth of the container."""
 
-    def __init__(self, whitespace: str | int):
+    def __init__(self, whitespace: str | int, *, placeholder_gaps: bool = False):
         if whitespace not in ("flexible", "compact") and not (isinstance(whitespace, int) and not isinstance(whitespace, bool) and whitespace >= 0):
             raise SchemaError(f"whitespace must be 'flexible', 'compact' or an indent width, got {whitespace!r}")
         self.indent = whitespace if isinstance(whitespace, int) else None
-        self._gap = rx.repeat(rx.chars(" ", "\t", "\n", "\r"), 0, MAX_WHITESPACE_RUN) if whitespace == "flexible" else rx.EMPTY
+        self._gap = (GAP if placeholder_gaps else BOUNDED_GAP) if whitespace == "flexible" else rx.EMPTY
 
     @property
     def depth_dependent(self) -> bool:
