@@ -11,6 +11,19 @@ def sorted_unique(keys: np.ndarray) -> np.ndarray:
     return keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
 
 
+def unique_first_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_index=True, return_inverse=True)`` of a 1-D array, with a
+    fraction of its fixed cost (which dominates on small arrays)."""
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    first = np.empty(len(keys), bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    inverse = np.empty(len(keys), np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], order[first], inverse
+
+
 def concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """int64[sum(lengths)]: ``starts[i] + arange(lengths[i])`` for every i, concatenated."""
     ends = np.cumsum(lengths)

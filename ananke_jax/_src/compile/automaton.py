@@ -295,18 +295,17 @@ def byte_classes(transitions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def row_groups(rows: np.ndarray) -> np.ndarray:
-    """int64[N]: equal rows of ``rows`` [N, K] get equal ids, numbered in lexicographic row order.
+    """int64[N]: equal rows of ``rows`` [N, K] get equal ids, numbered in lexicographic row order
+    (of the values read as unsigned integers).
 
-    Exact, and much faster than ``np.unique(axis=0)`` (a lexsort over the columns).
+    Exact: one sort of the rows as big-endian byte strings, several times faster than a lexsort
+    over the columns (or ``np.unique(axis=0)``).
     """
     if rows.shape[1] == 0:
         return np.zeros(len(rows), np.int64)
-    order = np.lexsort(rows.T[::-1])
-    ordered = rows[order]
-    starts = np.concatenate([[True], (ordered[1:] != ordered[:-1]).any(axis=1)])
-    ids = np.empty(len(rows), np.int64)
-    ids[order] = np.cumsum(starts) - 1
-    return ids
+    keys = np.ascontiguousarray(rows.astype(f">u{rows.dtype.itemsize}"))
+    _, ids = np.unique(keys.view(np.dtype((np.void, keys.itemsize * keys.shape[1]))).ravel(), return_inverse=True)
+    return ids.reshape(-1).astype(np.int64)
 
 
 def _predecessors(class_table: np.ndarray) -> list[list[tuple[int, list[int]]]]:

@@ -14,7 +14,7 @@ import functools
 
 import numpy as np
 
-from ananke_jax._src.compile.arrays import concatenated_ranges, pack_bits
+from ananke_jax._src.compile.arrays import concatenated_ranges, pack_bits, unique_first_inverse
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, row_groups
 from ananke_jax._src.vocab import Vocabulary
 
@@ -23,6 +23,8 @@ from ananke_jax._src.vocab import Vocabulary
 _DENSE_ROWS_FACTOR = 8
 # Upper bound on the (start state, state) pairs of one level of a trie walk, to bound memory.
 _MAX_PAIRS = 1 << 22
+# Levels of a trie walk with at most this many live children skip merging equal functions.
+_NARROW_LEVEL = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,7 +226,11 @@ def _live_functions(trie: TokenTrie, transitions: np.ndarray, symbol_class: np.n
         first_child = child_starts[local]
         num_children = child_starts[local + 1] - first_child
         child = concatenated_ranges(first_child, num_children)  # level-local ids, ascending
-        step, step_of_child = _dense_unique(np.repeat(node_function, num_children) * alphabet + symbol_class[labels[child]], len(function_length) * alphabet)
+        steps = np.repeat(node_function, num_children) * alphabet + symbol_class[labels[child]]
+        # Merging equal steps and functions pays on wide levels only; the final classes merge
+        # the functions of the few nodes of the deep levels (long words, whitespace runs).
+        merge = len(child) > _NARROW_LEVEL
+        step, step_of_child = _dense_unique(steps, len(function_length) * alphabet) if merge else (steps, np.arange(len(child)))
         parent_function, symbol = step // alphabet, step % alphabet
         if function_length[parent_function].sum() > max(_MAX_PAIRS, len(parents)):
             return None
@@ -236,23 +242,26 @@ def _live_functions(trie: TokenTrie, transitions: np.ndarray, symbol_class: np.n
         if not len(live):
             break
         origin, current, step_of_pair = origin[pair[live]], after[live].astype(np.int64), step_of_pair[live]
-        pair_start = np.flatnonzero(np.diff(step_of_pair, prepend=-1))
+        pair_start = _run_starts(step_of_pair)
         live_step = step_of_pair[pair_start]
         step_hash = np.add.reduceat(multipliers[:, origin] * current.astype(np.uint64), pair_start, axis=1)
-        # Steps with equal results are one function of the new level.
-        function_of_live_step, representative = classes_of_hashes(step_hash)
+        lengths = _run_lengths(pair_start, len(step_of_pair))
         function_of_step = np.full(len(step), -1, np.int64)
-        function_of_step[live_step] = function_of_live_step
+        if merge:  # steps with equal results are one function of the new level
+            function_of_live_step, representative = classes_of_hashes(step_hash)
+            function_of_step[live_step] = function_of_live_step
+            kept = concatenated_ranges(pair_start[representative], lengths[representative])
+            origin, current = origin[kept], current[kept]
+            step_hash, lengths = step_hash[:, representative], lengths[representative]
+        else:
+            function_of_step[live_step] = np.arange(len(live_step))
         child_function = function_of_step[step_of_child]
         alive = child_function >= 0
         nodes, node_function = child[alive] + offset, child_function[alive]
         of_node[nodes] = node_function + num_functions
-        num_functions += len(representative)
-        hashes.append(step_hash[:, representative])
-        lengths = np.diff(pair_start, append=len(step_of_pair))
-        kept = concatenated_ranges(pair_start[representative], lengths[representative])
-        origin, current = origin[kept], current[kept]
-        function_length = lengths[representative]
+        num_functions += len(lengths)
+        hashes.append(step_hash)
+        function_length = lengths
         function_start = np.cumsum(function_length) - function_length
         origins.append(origin)
         states.append(current)
@@ -268,12 +277,29 @@ def _live_functions(trie: TokenTrie, transitions: np.ndarray, symbol_class: np.n
     )
 
 
+def _run_starts(values: np.ndarray) -> np.ndarray:
+    """int64[R]: where each run of equal values starts in the non-empty ``values`` (``np.diff``
+    with ``prepend`` costs several times more on the small arrays of most levels)."""
+    starts = np.empty(len(values), bool)
+    starts[0] = True
+    np.not_equal(values[1:], values[:-1], out=starts[1:])
+    return np.flatnonzero(starts)
+
+
+def _run_lengths(starts: np.ndarray, total: int) -> np.ndarray:
+    """int64[R]: the lengths of the runs that start at ``starts`` in an array of ``total``."""
+    lengths = np.empty(len(starts), np.int64)
+    lengths[:-1] = starts[1:] - starts[:-1]
+    lengths[-1] = total - starts[-1]
+    return lengths
+
+
 def _dense_unique(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(keys, return_inverse=True)`` for keys in ``[0, bound)``, by marking rather
     than sorting when ``bound`` is small beside the number of keys."""
     if bound > 4 * len(keys):
-        values, inverse = np.unique(keys, return_inverse=True)
-        return values, inverse.reshape(-1)
+        values, _, inverse = unique_first_inverse(keys)
+        return values, inverse
     seen = np.zeros(bound, bool)
     seen[keys] = True
     return np.flatnonzero(seen), (np.cumsum(seen) - 1)[keys]
@@ -410,7 +436,7 @@ def classes_of_hashes(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Returns:
       class_of_item: int32[N]; representatives: int64[C], one item per class.
     """
-    _, representatives, class_of_item = np.unique(hashes[0], return_index=True, return_inverse=True)
+    _, representatives, class_of_item = unique_first_inverse(hashes[0])
     if not (hashes[1] == hashes[1][representatives][class_of_item]).all():
         _, representatives, class_of_item = np.unique(hashes.T, axis=0, return_index=True, return_inverse=True)
     return class_of_item.reshape(-1).astype(np.int32), representatives

@@ -652,11 +652,13 @@ class SchemaCompiler:
         if not is_regular(node):
             self.unsupported("propertyNames", "recursive key schemas", where)
             return None
-        return rx.intersect(_unquoted(rx.to_dfa(node)), rx.to_dfa(rx.star(strings.CANONICAL_UNIT)))
+        return rx.intersect(_unquoted(rx.to_dfa(node)), strings.any_key())
 
     def extra_members(self, pointer, properties, patterns, additional, names, member) -> rx.Node:
         """Members with undeclared keys: one region per combination of matching patterns."""
-        keys = rx.to_dfa(rx.star(strings.CANONICAL_UNIT))
+        if additional is False and not patterns:
+            return rx.NOTHING
+        keys = strings.any_key()
         if properties:
             keys = rx.difference(keys, rx.to_dfa(rx.alt(*[strings.spelled(rx.Text(n)) for n in properties])))
         if names is not None:

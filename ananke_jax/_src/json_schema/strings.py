@@ -95,3 +95,8 @@ def _canonical_length_dfa(min_length: int, max_length: int | None):
     """The minimal DFA of canonical spellings of ``min_length`` to ``max_length`` code points,
     kept per process (a schema's items and ``contains`` share their bounds)."""
     return rx.to_dfa(rx.repeat(CANONICAL_UNIT, min_length, max_length))
+
+
+def any_key():
+    """The minimal DFA of every canonical spelling of a string's contents (cached)."""
+    return _canonical_length_dfa(0, None)
