@@ -55,6 +55,16 @@ class TokenTrie:
             first, previous = first + previous, len(parents)
         return tuple(starts)
 
+    @functools.cached_property
+    def parent_positions(self) -> tuple[np.ndarray, ...]:
+        """Per depth d >= 1, int64[n_d]: the position of each node's parent among the nodes of
+        depth d - 1."""
+        positions, first, previous = [], 0, 1  # the first id and the number of nodes of depth d - 1
+        for parents in self.parents:
+            positions.append(parents.astype(np.int64) - first)
+            first, previous = first + previous, len(parents)
+        return tuple(positions)
+
     @property
     def num_nodes(self) -> int:
         return 1 + sum(len(p) for p in self.parents)
@@ -221,12 +231,19 @@ def _live_functions(trie: TokenTrie, transitions: np.ndarray, symbol_class: np.n
     origin, current = starts.astype(np.int64), starts.astype(np.int64)
     function_start, function_length = np.zeros(1, np.int64), np.array([len(starts)])
     offset = 1  # the id of the level's first node
-    for parents, labels, child_starts in zip(trie.parents, trie.labels, trie.child_starts):
+    for parents, labels, child_starts, parent_position in zip(trie.parents, trie.labels, trie.child_starts, trie.parent_positions):
         local = nodes - (offset - len(child_starts) + 1)  # among the nodes of the previous level
-        first_child = child_starts[local]
-        num_children = child_starts[local + 1] - first_child
-        child = concatenated_ranges(first_child, num_children)  # level-local ids, ascending
-        steps = np.repeat(node_function, num_children) * alphabet + symbol_class[labels[child]]
+        if 2 * len(local) > len(child_starts) - 1:  # most are live: go over all children
+            function_of_parent = np.full(len(child_starts) - 1, -1, np.int64)
+            function_of_parent[local] = node_function
+            function_of_child = function_of_parent[parent_position]
+            child = np.flatnonzero(function_of_child >= 0)  # level-local ids, ascending
+            steps = function_of_child[child] * alphabet + symbol_class[labels[child]]
+        else:
+            first_child = child_starts[local]
+            num_children = child_starts[local + 1] - first_child
+            child = concatenated_ranges(first_child, num_children)
+            steps = np.repeat(node_function, num_children) * alphabet + symbol_class[labels[child]]
         # Merging equal steps and functions pays on wide levels only; the final classes merge
         # the functions of the few nodes of the deep levels (long words, whitespace runs).
         merge = len(child) > _NARROW_LEVEL
