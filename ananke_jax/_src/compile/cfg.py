@@ -205,15 +205,14 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], 
             raise GrammarError("the grammar's lexer is too ambiguous for this vocabulary")
         found.append(keys[string_at[keys >> node_shift] >= 0])
     found = np.concatenate(found) if found else np.zeros(0, np.int64)
-    found = np.stack([(found >> q_shift) & state_mask, found >> node_shift, (found >> lex_shift) & state_mask, found & seq_mask], axis=1)
 
     # An outcome is a (terminal sequence, final lexer state) pair.
-    pairs = found[:, 3] * lexer.num_states + found[:, 2]
+    pairs = (found & seq_mask) * lexer.num_states + ((found >> lex_shift) & state_mask)
     unique_pairs = sorted_unique(pairs)
     outcome = np.searchsorted(unique_pairs, pairs)
     seqs, lexer_after = unique_pairs // lexer.num_states, unique_pairs % lexer.num_states
     terminals, lengths = _materialise(np.asarray(seq_parent), np.asarray(seq_column), seqs)
-    return found[:, 0], string_at[found[:, 1]], outcome.reshape(-1), terminals, lengths, lexer_after.astype(np.int32)
+    return (found >> q_shift) & state_mask, string_at[found >> node_shift], outcome, terminals, lengths, lexer_after.astype(np.int32)
 
 
 def _materialise(parent: np.ndarray, column: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
