@@ -116,6 +116,27 @@ def test_a_token_taken_where_a_token_was_forced_is_drafted_where_that_token_is_f
     assert draft(learned, second)[0] == taken
 
 
+def test_drafts_tell_apart_the_positions_of_a_state_that_tokens_leave_unchanged():
+    """Inside a run of digits the pushdown state stays the same, so votes keyed by the state
+    alone would draft one token everywhere in the run; keyed by the state and the previous
+    token, each position drafts what followed its previous token there."""
+    cg, eos = CONSTRAINTS["pushdown"](), jnp.asarray(VOCAB.eos_token_ids, jnp.int32)
+    ids = {VOCAB.token_bytes(i): i for i in range(len(VOCAB))}
+    a, b, c = (ids[d] for d in (b"1", b"2", b"3"))
+    first = aj.advance(cg, aj.advance(cg, cg.init_state(), ids[b"["]), a)
+    second = aj.advance(cg, first, b)
+    assert all(bool((x == y).all()) for x, y in zip(first, second)), "the premise: digits leave the state as it is"
+
+    def draft(tables, state, previous):
+        drafts, usable, _, slots = propose(cg, state, jnp.int32(previous), tables, jnp.int32(0), eos, 1)
+        return int(drafts[0]) if int(usable) else None, slots
+
+    tables = aj.draft_tables(cg, VOCAB)
+    for state, previous, taken in ((first, a, b), (second, b, c)):
+        tables = record(tables, draft(tables, state, previous)[1][None, :1], jnp.asarray([[taken]]), jnp.asarray([[True]]))
+    assert draft(tables, first, a)[0] == b and draft(tables, second, b)[0] == c
+
+
 def _exact_distribution(prompt, constraint, sampling, length):
     """Probability of every token sequence the constraint completes within ``length`` tokens,
     from full forward passes of the model (the oracle)."""

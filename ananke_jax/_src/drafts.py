@@ -1,10 +1,12 @@
 """Draft tokens for grammar-driven speculation (DOMINO): forced tokens and count-based proposals.
 
-From a constraint state, the next draft token is the token most often taken so far from the same
-state; else the token most often taken where the grammar forced the same token; else the state's
-*forced* token when the grammar forces bytes there (precomputed per state of a regular grammar,
-host side); else the token most often taken after the same previous token. The three vote tables
-live on device and are updated as generation proceeds. The forced-token table learns how the
+From a constraint state reached by some token, the next draft token is the token most often
+taken so far from the same state after the same token; else from the same state; else where the
+grammar forced the same token; else the state's *forced* token when the grammar forces bytes
+there (precomputed per state of a regular grammar, host side); else the token most often taken
+after the same previous token. The four vote tables live on device and are updated as generation
+proceeds. The state alone is a weak key where a token leaves it unchanged (inside a string of a
+context-free grammar, or across ignored whitespace): the pair tells those positions apart. The forced-token table learns how the
 model tokenizes forced text (the forced `"` that closes a key, cut at the optional whitespace,
 is taken as `":`); the previous-token table generalises across states (the whitespace after each
 `",`). A proposal the constraint forbids ends the draft. Drafts only ever cost speed: the model
@@ -26,7 +28,7 @@ from ananke_jax._src.vocab import Vocabulary
 
 DEFAULT_SLOTS = 4096
 MAX_FORCED_BYTES = 64
-NUM_TABLES = 3  # vote tables keyed by: the constraint state, the previous token, the forced token
+NUM_TABLES = 4  # vote tables keyed by: the state and previous token, the state, the previous token, the forced token
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,10 +39,10 @@ class DraftTables:
       forced: int32[S], per state of a regular grammar the first token of the byte string the
         grammar forces from there, tokenized greedily by longest match (-1: none); int32[1] of
         -1 for other constraints.
-      candidate: int32[3, H], per key slot the token most often taken lately (-1: none); row 0
-        is keyed by the constraint state, row 1 by the previous token, row 2 by the forced token
-        (states without one use no slot of it).
-      votes: int32[3, H], its vote count (majority vote: a different token takes one vote away).
+      candidate: int32[4, H], per key slot the token most often taken lately (-1: none); row 0
+        is keyed by the constraint state and the previous token, row 1 by the state, row 2 by the
+        previous token, row 3 by the forced token (states without one use no slot of it).
+      votes: int32[4, H], its vote count (majority vote: a different token takes one vote away).
     """
 
     forced: jax.Array
@@ -137,14 +139,17 @@ def propose(cg, state, previous, tables: DraftTables, grammar_index, eos_ids, le
     def keys(state, previous):
         forced = tables.forced[jnp.clip(getattr(state, "node", jnp.int32(0)), 0, tables.forced.shape[0] - 1)]
         by_forced = jnp.where(forced >= 0, state_key((forced, grammar_index), slots), slots)
-        return jnp.stack([state_key((state, grammar_index), slots), state_key((previous, grammar_index), slots), by_forced]), forced
+        by = [(state, previous), state, previous]
+        return jnp.stack([*[state_key((key, grammar_index), slots) for key in by], by_forced]), forced
 
     def step(carry, _):
         state, previous, going = carry
         slot, forced = keys(state, previous)
-        by_state, by_previous = tables.candidate[0, slot[0]], tables.candidate[1, slot[1]]
-        as_forced = jnp.where(forced >= 0, tables.candidate[2, jnp.minimum(slot[2], slots - 1)], -1)
-        token = jnp.where(by_state >= 0, by_state, jnp.where(as_forced >= 0, as_forced, jnp.where(forced >= 0, forced, by_previous)))
+        by_pair, by_state, by_previous = (tables.candidate[i, slot[i]] for i in range(3))
+        as_forced = jnp.where(forced >= 0, tables.candidate[3, jnp.minimum(slot[3], slots - 1)], -1)
+        token = by_previous
+        for better in (forced, as_forced, by_state, by_pair):  # the most specific known guess
+            token = jnp.where(better >= 0, better, token)
         going = going & (token >= 0) & ~(token == eos_ids).any() & token_allowed(cg, state, token)
         token = jnp.maximum(token, 0)
         return (advance(cg, state, token), token, going), (token, going, state, slot)
@@ -156,7 +161,7 @@ def propose(cg, state, previous, tables: DraftTables, grammar_index, eos_ids, le
 
 
 def record(tables: DraftTables, slots: jax.Array, tokens: jax.Array, taken: jax.Array) -> DraftTables:
-    """Count ``tokens`` (int32[B, N]) taken from key ``slots`` (int32[B, N, 2], one per table)
+    """Count ``tokens`` (int32[B, N]) taken from key ``slots`` (int32[B, N, NUM_TABLES])
     where ``taken`` (bool[B, N]): a majority vote per slot, position by position (rows that hit
     one slot at once leave one of their votes)."""
     candidate, votes = tables.candidate, tables.votes
