@@ -6,11 +6,11 @@ grammar forced the same token; else the state's *forced* token when the grammar 
 there (precomputed per state of a regular grammar, host side); else the token most often taken
 after the same previous token. The four vote tables live on device and are updated as generation
 proceeds. The state alone is a weak key where a token leaves it unchanged (inside a string of a
-context-free grammar, or across ignored whitespace): the pair tells those positions apart. The forced-token table learns how the
-model tokenizes forced text (the forced `"` that closes a key, cut at the optional whitespace,
-is taken as `":`); the previous-token table generalises across states (the whitespace after each
-`",`). A proposal the constraint forbids ends the draft. Drafts only ever cost speed: the model
-verifies every one of them.
+context-free grammar, or across ignored whitespace): the pair tells those positions apart. The
+forced-token table learns how the model tokenizes forced text (the forced `"` that closes a key,
+cut at the optional whitespace, is taken as `":`); the previous-token table generalises across
+states (the whitespace after each `",`). A proposal the constraint forbids ends the draft.
+Drafts only ever cost speed: the model verifies every one of them.
 """
 
 from __future__ import annotations
