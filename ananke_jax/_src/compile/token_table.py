@@ -148,9 +148,10 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray) -> tuple[np.ndarray,
     The walk goes level by level over the live nodes only, and computes each distinct function
     once: a child's function is its parent's followed by one symbol, so children whose parents
     have equal functions and whose symbols agree share one (all two-letter words inside a free
-    string, say), and symbols that act alike in every state step alike. A function is kept as
-    its live (start state, state) pairs, and functions are told apart by random linear hashes of
-    those pairs.
+    string, say), and symbols that act alike in every state step alike (on levels with more than
+    `_NARROW_LEVEL` live children: the deep levels' few nodes each keep their own, merged only
+    into the final classes). A function is kept as its live (start state, state) pairs, and
+    functions are told apart by random linear hashes of those pairs.
 
     Args:
       trie: a `TokenTrie` over the alphabet of ``transitions``.
