@@ -100,24 +100,13 @@ jax.tree_util.register_dataclass(
 
 def from_numpy(tables, *, vocab_size: int, logits_width: int, fallback_token: int) -> CompiledGrammar:
     """Move host tables (a `TokenTables`) to the device, in one transfer."""
-    host = (
-        np.asarray(tables.mask_rows, np.uint32),
-        np.asarray(tables.row_of_state, np.int32),
-        np.asarray(tables.class_of_token, np.int32),
-        np.asarray(tables.next_state, np.int32),
-        np.asarray(tables.accepting, np.bool_),
-        np.asarray(tables.start, np.int32),
-        np.asarray(fallback_token, np.int32),
-    )
-    mask_rows, row_of_state, class_of_token, next_state, accepting, start_state, fallback = jax.device_put(host)
-    return CompiledGrammar(
-        mask_rows=mask_rows,
-        row_of_state=row_of_state,
-        class_of_token=class_of_token,
-        next_state=next_state,
-        accepting=accepting,
-        start_state=start_state,
-        fallback_token=fallback,
-        vocab_size=vocab_size,
-        logits_width=logits_width,
-    )
+    host = {
+        "mask_rows": np.asarray(tables.mask_rows, np.uint32),
+        "row_of_state": np.asarray(tables.row_of_state, np.int32),
+        "class_of_token": np.asarray(tables.class_of_token, np.int32),
+        "next_state": np.asarray(tables.next_state, np.int32),
+        "accepting": np.asarray(tables.accepting, np.bool_),
+        "start_state": np.asarray(tables.start, np.int32),
+        "fallback_token": np.asarray(fallback_token, np.int32),
+    }
+    return CompiledGrammar(**jax.device_put(host), vocab_size=vocab_size, logits_width=logits_width)
