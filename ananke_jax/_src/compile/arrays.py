@@ -5,10 +5,19 @@ from __future__ import annotations
 import numpy as np
 
 
+def run_starts(values: np.ndarray) -> np.ndarray:
+    """bool[N]: where each run of equal values of a 1-D array starts (cheaper than ``np.diff``,
+    whose fixed cost dominates on small arrays)."""
+    starts = np.empty(len(values), bool)
+    starts[:1] = True
+    np.not_equal(values[1:], values[:-1], out=starts[1:])
+    return starts
+
+
 def sorted_unique(keys: np.ndarray) -> np.ndarray:
     """The distinct values of a 1-D array, sorted (a sort: ``np.unique`` hashes, far slower)."""
     keys = np.sort(keys)
-    return keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
+    return keys[run_starts(keys)]
 
 
 def unique_first_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -16,9 +25,7 @@ def unique_first_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     fraction of its fixed cost (which dominates on small arrays)."""
     order = np.argsort(keys, kind="stable")
     ordered = keys[order]
-    first = np.empty(len(keys), bool)
-    first[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    first = run_starts(ordered)
     inverse = np.empty(len(keys), np.int64)
     inverse[order] = np.cumsum(first) - 1
     return ordered[first], order[first], inverse

@@ -14,7 +14,7 @@ import functools
 
 import numpy as np
 
-from ananke_jax._src.compile.arrays import concatenated_ranges, pack_bits, unique_first_inverse
+from ananke_jax._src.compile.arrays import concatenated_ranges, pack_bits, run_starts, unique_first_inverse
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, row_groups
 from ananke_jax._src.vocab import Vocabulary
 
@@ -260,7 +260,7 @@ def _live_functions(trie: TokenTrie, transitions: np.ndarray, symbol_class: np.n
         if not len(live):
             break
         origin, current, step_of_pair = origin[pair[live]], after[live].astype(np.int64), step_of_pair[live]
-        pair_start = _run_starts(step_of_pair)
+        pair_start = np.flatnonzero(run_starts(step_of_pair))
         live_step = step_of_pair[pair_start]
         step_hash = np.add.reduceat(multipliers[:, origin] * current.astype(np.uint64), pair_start, axis=1)
         lengths = _run_lengths(pair_start, len(step_of_pair))
@@ -293,15 +293,6 @@ def _live_functions(trie: TokenTrie, transitions: np.ndarray, symbol_class: np.n
         state=np.concatenate([none, *states]),
         offsets=np.concatenate([[0], np.cumsum(np.concatenate([none, *lengths_per_level]))]).astype(np.int64),
     )
-
-
-def _run_starts(values: np.ndarray) -> np.ndarray:
-    """int64[R]: where each run of equal values starts in the non-empty ``values`` (``np.diff``
-    with ``prepend`` costs several times more on the small arrays of most levels)."""
-    starts = np.empty(len(values), bool)
-    starts[0] = True
-    np.not_equal(values[1:], values[:-1], out=starts[1:])
-    return np.flatnonzero(starts)
 
 
 def _run_lengths(starts: np.ndarray, total: int) -> np.ndarray:
