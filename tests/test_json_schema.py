@@ -24,6 +24,10 @@ from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.json_schema import numbers
 from ananke_jax._src.json_schema.api import json_schema_rules
 from ananke_jax._src.json_schema.assemble import inline
+from ananke_jax._src.compile.token_table import token_columns
+from ananke_jax._src.compile.token_trie import vocabulary_trie
+from ananke_jax._src.compile.unit_loops import expand_unit_loops, loop_columns
+from ananke_jax._src.json_schema import strings
 from ananke_jax._src.json_schema.gaps import expand_gaps, with_bounded_gaps
 
 STEPS = 96
@@ -166,6 +170,74 @@ def test_placeholder_gaps_give_the_minimal_automaton_of_bounded_whitespace(name)
 
 def _inlined(rules, rewrite=lambda node: node):
     return rx.to_dfa(rewrite(inline(rules, set())[rules.start]))
+
+
+# Strings that exercise the count chains: bounds on both sides, several strings, keys after values.
+STRING_LOOPS = {
+    "bounded_items": {"type": "array", "items": {"type": "string", "minLength": 2, "maxLength": 5}, "maxItems": 3},
+    "free_and_min": {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string", "minLength": 3}}, "required": ["a", "b"]},
+    "string_or_null": {"type": ["string", "null"], "maxLength": 1},
+}
+
+
+def _unit_loops(schema):
+    """The automaton of ``schema`` with its strings' characters as placeholders, expanded."""
+    rules = json_schema_rules(schema, placeholder_gaps=True)
+    return expand_unit_loops(expand_gaps(_inlined(rules, strings.with_placeholder_units)), strings.string_units())
+
+
+@pytest.mark.parametrize("name", sorted(REGULAR) + sorted(STRING_LOOPS))
+def test_placeholder_units_give_the_minimal_automaton_of_string_characters(name):
+    """Strings' characters compiled as one placeholder byte each, then expanded, give the very
+    automaton that the characters spelled out give: same language, same number of states."""
+    schema = {**REGULAR, **STRING_LOOPS}[name]
+    spelled = expand_gaps(_inlined(json_schema_rules(schema, placeholder_gaps=True)))
+    dfa, _ = _unit_loops(schema)
+    assert dfa.num_states == spelled.num_states
+    assert rx.difference(dfa, spelled).start == 0 and rx.difference(spelled, dfa).start == 0
+
+
+def test_loop_columns_are_the_columns_of_the_vocabulary_walk(real_vocab):
+    """The columns of the states inside strings, from per-vocabulary outcomes, are those a walk
+    of the whole vocabulary from those states gives: the same token classes, the same columns."""
+    _, vocab, _ = real_vocab
+    trie = vocabulary_trie(vocab)
+    looped = 0
+    for schema in [*REGULAR.values(), *STRING_LOOPS.values()]:
+        dfa, loops = _unit_loops(schema)
+        if loops is None:
+            continue
+        looped += 1
+        walked_class, walked = token_columns(trie, dfa.transitions)
+        known = loop_columns(loops, dfa.transitions, vocab)
+        assert known[2].shape[0] == len(known[0]) and len(known[0]) > 0
+        looped_class, columns = token_columns(trie, dfa.transitions, known)
+        assert np.array_equal(walked_class < 0, looped_class < 0)
+        # One class for one class: the pairs of class ids are as many as the classes.
+        pairs = np.unique(np.stack([walked_class, looped_class])[:, walked_class >= 0], axis=1)
+        assert pairs.shape[1] == walked.shape[1] == columns.shape[1]
+        assert np.array_equal(walked[:, pairs[0]], columns[:, pairs[1]])
+    assert looped >= 10
+
+
+def test_strings_alternating_characters_with_literals_compile_without_placeholders(sentencepiece_vocab, sentencepiece_encode):
+    """A string that is either short or matches a pattern cannot take placeholders (one state
+    reads both); it is compiled from its characters spelled out."""
+    schema = {"anyOf": [{"type": "string", "maxLength": 2}, {"type": "string", "pattern": "^ab+$"}]}
+    assert _unit_loops(schema) is None
+    cg = aj.compile_json_schema(schema, sentencepiece_vocab)
+    for text, valid in (('"x"', True), ('"abbbb"', True), ('""', True), ('"\\u00e9\u00e9"', True), ('"xyz"', False), ('"abc"', False)):
+        assert _token_walk(cg, sentencepiece_encode(text)) == valid, text
+
+
+def _token_walk(cg, tokens) -> bool:
+    """Whether every token is allowed in turn and the output is then complete."""
+    state = cg.init_state()
+    for token in tokens:
+        if not aj.is_allowed(_mask(cg, state), token):
+            return False
+        state = _advance(cg, state, token)
+    return bool(_accepts_state(cg, state))
 
 
 def test_optional_properties_keep_schema_order_and_may_be_omitted():

@@ -27,7 +27,8 @@ from ananke_jax._src.compile.automaton import DEAD, pausing_gc
 from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import outcome_tries
-from ananke_jax._src.compile.token_table import build_trie, classes_of_hashes, hash_multipliers, spell_tokens
+from ananke_jax._src.compile.token_table import spell_tokens
+from ananke_jax._src.compile.token_trie import build_trie, classes_of_hashes, hash_multipliers
 from ananke_jax._src.compiled_cfg import CompiledCFG
 from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar

@@ -9,6 +9,7 @@ import numpy as np
 from ananke_jax._src.compile.automaton import ByteDFA
 from ananke_jax._src.compile.regex import choices_to_dfa, regex_to_dfa
 from ananke_jax._src.compile.token_table import token_tables
+from ananke_jax._src.compile.unit_loops import UnitLoops
 from ananke_jax._src.compiled import CompiledGrammar, from_numpy
 from ananke_jax._src.vocab import Vocabulary
 
@@ -34,12 +35,13 @@ def unconstrained(vocab: Vocabulary) -> CompiledGrammar:
     return compile_dfa(anything, vocab)
 
 
-def compile_dfa(dfa: ByteDFA, vocab: Vocabulary) -> CompiledGrammar:
-    """Align a byte DFA with ``vocab`` and move the tables to the device."""
+def compile_dfa(dfa: ByteDFA, vocab: Vocabulary, loops: UnitLoops | None = None) -> CompiledGrammar:
+    """Align a byte DFA with ``vocab`` (its unit ``loops`` as `token_tables` says) and move the
+    tables to the device."""
     if not isinstance(vocab, Vocabulary):
         raise TypeError(f"vocab must be an ananke_jax.Vocabulary, got {type(vocab).__name__}")
     return from_numpy(
-        token_tables(dfa, vocab),
+        token_tables(dfa, vocab, loops),
         vocab_size=len(vocab),
         logits_width=vocab.logits_width,
         fallback_token=vocab.eos_token_ids[0],

@@ -10,12 +10,13 @@ gather.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 
 from ananke_jax._src.compile.arrays import concatenated_ranges, pack_bits, run_starts, unique_first_inverse
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, row_groups
+from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes, hash_multipliers, ordinary_token_ids, vocabulary_trie
+from ananke_jax._src.compile.unit_loops import UnitLoops, loop_columns
 from ananke_jax._src.vocab import Vocabulary
 
 # Mask rows are built token by token when the tokens flipped between neighbouring rows number
@@ -27,122 +28,7 @@ _MAX_PAIRS = 1 << 22
 _NARROW_LEVEL = 16
 
 
-@dataclasses.dataclass(frozen=True)
-class TokenTrie:
-    """Strings over a small alphabet (token spellings) as a prefix tree laid out level by level.
-
-    Node 0 is the root; the nodes of depth d are numbered consecutively after those of depth d-1.
-
-    Attributes:
-      parents: per depth d >= 1, int32[n_d], the parent node id of each node of that depth.
-      labels: per depth d >= 1, uint8[n_d], the symbol on the edge into each node.
-      token_ids: int32[N], the id given to each string.
-      token_nodes: int32[N], the node each string ends at.
-    """
-
-    parents: tuple[np.ndarray, ...]
-    labels: tuple[np.ndarray, ...]
-    token_ids: np.ndarray
-    token_nodes: np.ndarray
-
-    @functools.cached_property
-    def child_starts(self) -> tuple[np.ndarray, ...]:
-        """Per depth d >= 1, int64[n_{d-1} + 1]: the children of the i-th node of depth d - 1
-        are the nodes ``child_starts[i]:child_starts[i + 1]`` of depth d (level-local ids)."""
-        starts, first, previous = [], 0, 1  # the first id and the number of nodes of depth d - 1
-        for parents in self.parents:
-            starts.append(np.searchsorted(parents, np.arange(first, first + previous + 1)))
-            first, previous = first + previous, len(parents)
-        return tuple(starts)
-
-    @functools.cached_property
-    def parent_positions(self) -> tuple[np.ndarray, ...]:
-        """Per depth d >= 1, int64[n_d]: the position of each node's parent among the nodes of
-        depth d - 1."""
-        positions, first, previous = [], 0, 1  # the first id and the number of nodes of depth d - 1
-        for parents in self.parents:
-            positions.append(parents.astype(np.int64) - first)
-            first, previous = first + previous, len(parents)
-        return tuple(positions)
-
-    @property
-    def num_nodes(self) -> int:
-        return 1 + sum(len(p) for p in self.parents)
-
-
-@functools.lru_cache(maxsize=8)
-def ordinary_token_ids(vocab: Vocabulary) -> np.ndarray:
-    """int64[N]: ids of the tokens a grammar can allow (non-special, non-empty), cached."""
-    special = vocab.special_token_ids
-    return np.asarray([i for i, t in enumerate(vocab.tokens) if t and i not in special], np.int64)
-
-
-@functools.lru_cache(maxsize=8)
-def vocabulary_trie(vocab: Vocabulary) -> TokenTrie:
-    """The byte prefix tree of the ordinary tokens of ``vocab`` (ids are token ids), cached."""
-    ids = ordinary_token_ids(vocab).tolist()
-    return build_trie([vocab.tokens[i] for i in ids], ids)
-
-
-def build_trie(tokens: list[bytes], ids: list[int]) -> TokenTrie:
-    """Build the prefix tree of non-empty byte strings ``tokens`` with the given ids."""
-    order = sorted(range(len(tokens)), key=tokens.__getitem__)
-    tokens = [tokens[i] for i in order]
-    ids = np.asarray(ids, np.int32)[order] if order else np.zeros(0, np.int32)
-    lengths = np.fromiter(map(len, tokens), np.int64, len(tokens))
-    width = int(lengths.max(initial=0))
-    padded = np.zeros((len(tokens), width), np.uint8)
-    flat = np.frombuffer(b"".join(tokens), np.uint8)
-    rows = np.repeat(np.arange(len(tokens)), lengths)
-    cols = concatenated_ranges(np.zeros(len(tokens), np.int64), lengths)
-    padded[rows, cols] = flat
-    # Longest common prefix with the previous token in sorted order.
-    differs = padded[1:] != padded[:-1]
-    first_diff = np.where(differs.any(axis=1), differs.argmax(axis=1), width)
-    lcp = np.concatenate([[0], np.minimum(first_diff, np.minimum(lengths[1:], lengths[:-1]))])[: len(tokens)]
-
-    parents, labels = [], []
-    token_nodes = np.zeros(len(tokens), np.int32)
-    node_prev = np.zeros(len(tokens), np.int64)  # node of each token at depth d - 1
-    next_id = 1
-    for d in range(1, width + 1):
-        active = np.flatnonzero(lengths >= d)
-        # Tokens sharing their first d bytes are contiguous in sorted order: a new node starts
-        # wherever the length-d prefix differs from the previous token's.
-        new = lcp[active] < d
-        starters = active[new]
-        parents.append(node_prev[starters].astype(np.int32))
-        labels.append(padded[starters, d - 1])
-        node_prev[active] = next_id + np.cumsum(new) - 1
-        next_id += len(starters)
-        ends = active[lengths[active] == d]
-        token_nodes[ends] = node_prev[ends]
-    return TokenTrie(tuple(parents), tuple(labels), ids, token_nodes)
-
-
-def walk_tokens(trie: TokenTrie, transitions: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """End state of every string of the trie from each start state.
-
-    Args:
-      trie: a `TokenTrie` over an alphabet of A symbols.
-      transitions: int32[S, A] transitions (state 0 dead and absorbing).
-      starts: int[k] start states.
-
-    Returns:
-      int32[k, N], in the order of ``trie.token_ids``.
-    """
-    flat, alphabet = transitions.reshape(-1), transitions.shape[1]
-    node_states = np.empty((len(starts), trie.num_nodes), np.int32)
-    node_states[:, 0] = starts
-    offset = 1
-    for parents, labels in zip(trie.parents, trie.labels):
-        n = len(parents)
-        node_states[:, offset : offset + n] = flat.take(node_states[:, parents] * alphabet + labels)
-        offset += n
-    return node_states[:, trie.token_nodes]
-
-
-def token_columns(trie: TokenTrie, transitions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def token_columns(trie: TokenTrie, transitions: np.ndarray, known: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Group the strings of a trie by their column: the state after the string, from each state.
 
     The walk goes level by level over the live nodes only, and computes each distinct function
@@ -156,6 +42,9 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray) -> tuple[np.ndarray,
     Args:
       trie: a `TokenTrie` over the alphabet of ``transitions``.
       transitions: int32[S, A] (state 0 dead and absorbing).
+      known: the columns of some states found otherwise, which the walk skips: int64[R] states,
+        int64[N] the class of each string from them (-1: dead from all), int32[R, C'] the column
+        of each class (`unit_loops.loop_columns`).
 
     Returns:
       int64[N], the class of each string in the order of ``trie.token_ids`` (-1: dead from every
@@ -167,6 +56,8 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray) -> tuple[np.ndarray,
     class_transitions = transitions[:, first_symbol]
     walks = []  # per walk of some start states: (function class of each string, its functions)
     pending = [np.arange(1, len(transitions))]
+    if known is not None:
+        pending = [np.setdiff1d(pending[0], known[0])]
     while pending:
         starts = pending.pop()
         functions = _live_functions(trie, class_transitions, symbol_class, multipliers, starts)
@@ -176,13 +67,16 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray) -> tuple[np.ndarray,
         function_class, representatives = classes_of_hashes(functions.hashes)
         # A dead node's function, -1, picks the appended -1.
         walks.append((np.append(function_class, -1)[functions.of_node[trie.token_nodes]], representatives, functions))
-    # A string's class is the tuple of its classes in the walks, numbered densely.
-    key, bound = walks[0][0] + 1, len(walks[0][1]) + 1
-    for of_token, representatives, _ in walks[1:]:
-        width = len(representatives) + 1
-        values, key = _dense_unique(key * width + of_token + 1, bound * width)
+    # A string's class is the tuple of its classes in the walks (and the known rows), numbered
+    # densely.
+    parts = [(of_token, len(representatives)) for of_token, representatives, _ in walks]
+    if known is not None:
+        parts.append((known[1], known[2].shape[1]))
+    key, bound = parts[0][0] + 1, parts[0][1] + 1
+    for of_token, num_classes in parts[1:]:
+        values, key = _dense_unique(key * (num_classes + 1) + of_token + 1, bound * (num_classes + 1))
         bound = len(values)
-    live = np.flatnonzero(np.any([of_token >= 0 for of_token, _, _ in walks], axis=0))
+    live = np.flatnonzero(np.any([of_token >= 0 for of_token, _ in parts], axis=0))
     values, token_class = _dense_unique(key[live], bound)
     classes = np.full(len(key), -1, np.int64)
     classes[live] = token_class
@@ -196,6 +90,11 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray) -> tuple[np.ndarray,
         lengths = functions.offsets[function + 1] - functions.offsets[function]
         pairs = concatenated_ranges(functions.offsets[function], lengths)
         columns[functions.origin[pairs], np.repeat(has, lengths)] = functions.state[pairs]
+    if known is not None:
+        rows, of_token, known_columns = known
+        known_class = of_token[member]
+        has = np.flatnonzero(known_class >= 0)
+        columns[np.ix_(rows, has)] = known_columns[:, known_class[has]]
     return classes, columns
 
 
@@ -356,7 +255,7 @@ class TokenTables:
     start: int
 
 
-def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
+def token_tables(dfa: ByteDFA, vocab: Vocabulary, loops: UnitLoops | None = None) -> TokenTables:
     """Align a byte DFA with a vocabulary.
 
     The states are the DFA's (0 dead) plus one *finished* state, entered by EOS from an accepting
@@ -365,7 +264,8 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
 
     Tokens whose columns (the state after the token, from every state) agree form a class. The
     columns come out of a walk of the vocabulary's prefix tree that follows only live (node,
-    state) pairs (`token_columns`).
+    state) pairs (`token_columns`); those of the states inside the unit ``loops`` of an automaton
+    expanded by `unit_loops.expand_unit_loops`, from per-vocabulary outcomes (`loop_columns`).
     """
     finished = dfa.num_states
     num_states = finished + 1
@@ -374,7 +274,8 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary) -> TokenTables:
     transitions = np.vstack([dfa.transitions, np.full((1, dfa.transitions.shape[1]), DEAD, np.int32)])
 
     trie = vocabulary_trie(vocab)
-    token_class, columns = token_columns(trie, transitions)
+    known = None if loops is None else loop_columns(loops, transitions, vocab)
+    token_class, columns = token_columns(trie, transitions, known)
     # Classes: those of the tokens alive from some state, then EOS, then the tokens never allowed.
     eos_class, never_class = columns.shape[1], columns.shape[1] + 1
     next_state = np.column_stack([columns, eos_target, np.full(num_states, DEAD, np.int32)])
@@ -431,21 +332,3 @@ def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[n
     for i in range(1, num_rows):  # a prefix XOR (ufunc.accumulate over axis 0 is ~20x slower)
         masks[i] ^= masks[i - 1]
     return masks, row_of_state
-
-
-def hash_multipliers(num_states: int) -> np.ndarray:
-    """uint64[2, num_states]: odd random multipliers of two independent 64-bit column hashes."""
-    return np.random.default_rng(0).integers(1, 2**63, size=(2, num_states), dtype=np.uint64) | np.uint64(1)
-
-
-def classes_of_hashes(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Group items by their column hashes (uint64[2, N], two independent random linear hashes
-    of a column; equal classes unless both collide, probability ~2^-120).
-
-    Returns:
-      class_of_item: int32[N]; representatives: int64[C], one item per class.
-    """
-    _, representatives, class_of_item = unique_first_inverse(hashes[0])
-    if not (hashes[1] == hashes[1][representatives][class_of_item]).all():
-        _, representatives, class_of_item = np.unique(hashes.T, axis=0, return_index=True, return_inverse=True)
-    return class_of_item.reshape(-1).astype(np.int32), representatives

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ananke_jax._src.compile.token_table import ordinary_token_ids
+from ananke_jax._src.compile.token_trie import ordinary_token_ids
 from ananke_jax._src.errors import FusionError
 from ananke_jax._src.fusion.algebra import (
     FusionResult,

@@ -18,14 +18,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
-from ananke_jax._src.compile.token_table import (
-    TokenTables,
-    build_trie,
-    ordinary_token_ids,
-    packed_mask_rows,
-    spell_tokens,
-    walk_tokens,
-)
+from ananke_jax._src.compile.token_table import TokenTables, packed_mask_rows, spell_tokens
+from ananke_jax._src.compile.token_trie import build_trie, ordinary_token_ids, walk_tokens
 from ananke_jax._src.errors import FusionError
 from ananke_jax._src.vocab import Vocabulary
 

@@ -6,14 +6,16 @@ import decimal
 import json
 
 from ananke_jax._src.compile import regex_ast as rx
-from ananke_jax._src.compile.automaton import pausing_gc
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc
 from ananke_jax._src.compile.context_free import DEFAULT_MAX_CONFIGS, compile_grammar
 from ananke_jax._src.compile.regular import compile_dfa
+from ananke_jax._src.compile.unit_loops import expand_unit_loops
 from ananke_jax._src.compiled import CompiledGrammar
 from ananke_jax._src.compiled_cfg import CompiledCFG
 from ananke_jax._src.errors import GrammarError, SchemaError
 from ananke_jax._src.grammar_text import to_gbnf, to_lark
 from ananke_jax._src.ir import Grammar
+from ananke_jax._src.json_schema import strings
 from ananke_jax._src.json_schema.assemble import inline, recursive_rules, to_grammar
 from ananke_jax._src.json_schema.compiler import Rules, SchemaCompiler
 from ananke_jax._src.json_schema.gaps import expand_gaps, with_bounded_gaps
@@ -117,13 +119,28 @@ def compile_json_schema(
     )
     recursive = recursive_rules(rules)
     if not recursive and engine == "auto":
-        dfa = rx.to_dfa(inline(rules, set())[rules.start])
-        if dfa.start == 0:
-            raise SchemaError("the schema accepts no JSON value")
-        return compile_dfa(expand_gaps(dfa) if placeholders else dfa, vocab)
+        return _compile_regular(inline(rules, set())[rules.start], vocab, gaps=placeholders)
     if placeholders:
         rules = Rules(rules.start, {name: with_bounded_gaps(body) for name, body in rules.bodies.items()})
     try:
         return compile_grammar(to_grammar(rules, recursive), vocab, stack_depth=4 * max_depth, max_configs=max_configs)
     except GrammarError as e:
         raise SchemaError(f"the recursive schema cannot be compiled to the pushdown engine: {e}") from None
+
+
+def _compile_regular(node: rx.Node, vocab: Vocabulary, *, gaps: bool) -> CompiledGrammar:
+    """Compile a schema's regular language ``node`` to a token DFA, its strings' characters
+    first as placeholders (`strings.UNIT`, expanded by `expand_unit_loops`) unless a string
+    alternates them with literal characters, and its gaps expanded when they are placeholders."""
+
+    def automaton(tree: rx.Node) -> ByteDFA:
+        dfa = rx.to_dfa(tree)
+        if dfa.start == DEAD:
+            raise SchemaError("the schema accepts no JSON value")
+        return expand_gaps(dfa) if gaps else dfa
+
+    expanded = expand_unit_loops(automaton(strings.with_placeholder_units(node)), strings.string_units())
+    if expanded is None:
+        return compile_dfa(automaton(node), vocab)
+    dfa, loops = expanded
+    return compile_dfa(dfa, vocab, loops=loops)

@@ -12,8 +12,12 @@ from __future__ import annotations
 import functools
 import json
 
+import numpy as np
+
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile import utf8
+from ananke_jax._src.compile.automaton import ByteDFA
+from ananke_jax._src.compile.unit_loops import UnitLanguage
 
 _SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
 _ESCAPED = sorted(set(range(0x20)) | {0x22, 0x5C})  # code points json.dumps escapes
@@ -100,3 +104,35 @@ def _canonical_length_dfa(min_length: int, max_length: int | None):
 def any_key():
     """The minimal DFA of every canonical spelling of a string's contents (cached)."""
     return _canonical_length_dfa(0, None)
+
+
+UNIT_BYTE = 0xFE  # never in UTF-8 text, and so free to stand for one `ANY_UNIT`
+
+
+def _one_byte(byte: int) -> ByteDFA:
+    transitions = np.zeros((3, 256), np.int32)
+    transitions[1, byte] = 2
+    return ByteDFA(transitions, np.array([False, False, True]), start=1)
+
+
+UNIT = rx.Automaton(_one_byte(UNIT_BYTE))  # a placeholder for ANY_UNIT
+
+
+@functools.cache
+def string_units() -> UnitLanguage:
+    """The characters of a JSON string as a `UnitLanguage`: `UNIT` stands for one, ``"`` exits."""
+    return UnitLanguage(rx.to_dfa(rx.star(ANY_UNIT)), exit_byte=ord('"'), placeholder=UNIT_BYTE)
+
+
+def with_placeholder_units(node: rx.Node) -> rx.Node:
+    """``node`` with `UNIT` for each `ANY_UNIT` in its tree (free and length-bounded strings;
+    automata inside it, already combined with other languages, keep theirs)."""
+    if node == ANY_UNIT:
+        return UNIT
+    if isinstance(node, rx.Seq):
+        return rx.seq(*map(with_placeholder_units, node.parts))
+    if isinstance(node, rx.Alt):
+        return rx.alt(*map(with_placeholder_units, node.parts))
+    if isinstance(node, rx.Repeat):
+        return rx.repeat(with_placeholder_units(node.body), node.lo, node.hi)
+    return node

@@ -1,0 +1,265 @@
+"""Loops of units (a JSON string's characters) as placeholders: expansion and token columns (host).
+
+A free or length-bounded JSON string is a quote, a run of *units* (characters, raw or escaped)
+counted by a chain of automaton states, and a quote. Compiled with one placeholder byte per unit,
+a schema's automaton stays small, and `expand_unit_loops` then splices the unit automaton into
+each state that counts units.
+
+Every token acts alike on every such chain: from each state of the unit automaton it reads some
+whole units and then ends inside the loop (at some unit state), or leaves it through the exit byte
+with a remainder, or dies. These *outcomes* are computed once per vocabulary (`token_outcomes`);
+the string states of a schema then get their token columns from its count chains and a walk of
+the few remainders only (`loop_columns`), and the walk of the whole vocabulary skips them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from ananke_jax._src.compile.arrays import concatenated_ranges, unique_first_inverse
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
+from ananke_jax._src.compile.token_trie import TokenTrie, build_trie, classes_of_hashes, hash_multipliers, vocabulary_trie, walk_tokens
+from ananke_jax._src.vocab import Vocabulary
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class UnitLanguage:
+    """The words a loop repeats (compared by identity, so that outcomes are cached per language).
+
+    Attributes:
+      dfa: the minimal DFA of ``unit*``; its start, the boundary between units, is its only
+        accepting state (the units are a prefix code).
+      exit_byte: the byte that ends a loop at a boundary (dead there in ``dfa``).
+      placeholder: the byte that stands for one unit in an automaton (never in UTF-8 text).
+    """
+
+    dfa: ByteDFA
+    exit_byte: int
+    placeholder: int
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitLoops:
+    """Where an expanded automaton reads units.
+
+    Attributes:
+      language: the `UnitLanguage`.
+      unit_target: int32[S], per state at a unit boundary, the state after one more unit (DEAD:
+        it reads none; DEAD also for the states inside a unit).
+      inside: int32[S, A], ``inside[t, a]``: the state at unit state ``a`` inside a unit that
+        completes into state ``t`` (DEAD: none).
+    """
+
+    language: UnitLanguage
+    unit_target: np.ndarray
+    inside: np.ndarray
+
+    @property
+    def rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The states inside loops, int64[R] each: the state, its unit state, the boundary state
+        its units are counted from, and the units that state is behind (1 inside a unit)."""
+        boundary = np.flatnonzero(self.unit_target)
+        within_target, within_unit = np.nonzero(self.inside)
+        start = np.zeros(len(boundary), np.int64) + self.language.dfa.start
+        return (
+            np.concatenate([boundary, self.inside[within_target, within_unit]]),
+            np.concatenate([start, within_unit]),
+            np.concatenate([boundary, within_target]),
+            np.concatenate([np.zeros(len(boundary), np.int64), np.ones(len(within_target), np.int64)]),
+        )
+
+
+def expand_unit_loops(dfa: ByteDFA, language: UnitLanguage) -> tuple[ByteDFA, UnitLoops | None] | None:
+    """``dfa`` with each placeholder byte read as one unit of ``language``.
+
+    The states inside a unit are keyed by the state the unit completes into: those of two counting
+    states with one target act alike, and the result of a minimal ``dfa`` is minimal (tests check
+    it against the automaton of the units spelled out).
+
+    Returns:
+      The expanded automaton and its `UnitLoops` (None when ``dfa`` reads no placeholder), or None
+      when a state reads both a unit and a literal byte that begins one (an alternation inside a
+      string; such a ``dfa`` must be built from the units spelled out).
+    """
+    t, units = dfa.transitions, language.dfa
+    target = t[:, language.placeholder]
+    reading = np.flatnonzero(target)
+    if not len(reading):
+        return dfa, None
+    boundary = units.start
+    begins = np.flatnonzero(units.transitions[boundary])  # the bytes that begin a unit
+    if t[np.ix_(reading, begins)].any():
+        return None
+    mids = np.flatnonzero((np.arange(units.num_states) != boundary) & (np.arange(units.num_states) != DEAD))
+    targets = np.unique(target[reading])
+    num_states = dfa.num_states + len(targets) * len(mids)
+    inside = np.zeros((num_states, units.num_states), np.int64)
+    inside[np.ix_(targets, mids)] = dfa.num_states + np.arange(len(targets) * len(mids)).reshape(len(targets), len(mids))
+    # A unit state's value seen from a unit that completes into each target (boundary: the target).
+    completing = inside.copy()
+    completing[:, boundary] = np.arange(num_states)
+    table = np.vstack([t, completing[targets[:, None, None], units.transitions[mids][None]].reshape(-1, 256)])
+    table[np.ix_(reading, begins)] = completing[target[reading][:, None], units.transitions[boundary, begins][None]]
+    table[:, language.placeholder] = DEAD
+    unit_target = np.zeros(num_states, np.int32)
+    unit_target[reading] = target[reading]
+    expanded = ByteDFA(table.astype(np.int32), np.concatenate([dfa.accepting, np.zeros(num_states - dfa.num_states, bool)]), dfa.start)
+    return expanded, UnitLoops(language, unit_target, inside.astype(np.int32))
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenOutcomes:
+    """What each ordinary token does from each state of a unit language's automaton.
+
+    Tokens with the same outcomes from every unit state share a *signature*; the distinct outcomes
+    from each unit state are listed once, grouped by unit state.
+
+    Attributes:
+      signature: int64[N], the signature of each string of the vocabulary trie (in its order).
+      outcome: int64[G, A], the outcome of each signature from each unit state.
+      unit_state: int64[O], the unit state of each outcome (ascending).
+      units: int64[O], the whole units read before the token ends or exits.
+      ends: int64[O], the unit state the token ends at (DEAD when it exits or dies).
+      remainders: int64[O], what follows the exit byte (-1: no exit; 0: nothing; k > 0: the
+        string of id k in ``remainder_trie``).
+      dies: bool[O], whether the token dies.
+      remainder_trie: the `TokenTrie` of the non-empty remainders.
+    """
+
+    signature: np.ndarray
+    outcome: np.ndarray
+    unit_state: np.ndarray
+    units: np.ndarray
+    ends: np.ndarray
+    remainders: np.ndarray
+    dies: np.ndarray
+    remainder_trie: TokenTrie
+
+
+@functools.lru_cache(maxsize=8)
+def token_outcomes(vocab: Vocabulary, language: UnitLanguage) -> TokenOutcomes:
+    """The `TokenOutcomes` of ``vocab``'s ordinary tokens for ``language`` (cached): one walk of
+    the vocabulary trie from every unit state at once."""
+    trie = vocabulary_trie(vocab)
+    units = language.dfa
+    moves = units.transitions.astype(np.int16)
+    # Per node and unit state: the unit state, the units read, and the depth of the exit byte.
+    state = np.zeros((units.num_states, trie.num_nodes), np.int16)
+    count = np.zeros_like(state)
+    exit_depth = np.zeros_like(state)
+    state[:, 0] = np.arange(units.num_states)
+    first = 1
+    for depth, (parents, labels) in enumerate(zip(trie.parents, trie.labels), 1):
+        level = slice(first, first + len(parents))
+        before, read, gone = state[:, parents], count[:, parents], exit_depth[:, parents]
+        leaving = (gone == 0) & (before == units.start) & (labels == language.exit_byte)
+        stepping = (gone == 0) & ~leaving
+        after = np.where(stepping, moves[before, labels], before)
+        state[:, level] = after
+        count[:, level] = read + (stepping & (after == units.start))
+        exit_depth[:, level] = np.where(leaving, depth, gone)
+        first += len(parents)
+    state, count, exit_depth = (a[:, trie.token_nodes].T.astype(np.int64) for a in (state, count, exit_depth))
+    tokens = [vocab.tokens[i] for i in trie.token_ids.tolist()]
+    remainder_ids: dict[bytes, int] = {b"": 0}
+    remainders = np.full(state.shape, -1, np.int64)
+    for token, unit_state in zip(*(a.tolist() for a in np.nonzero(exit_depth))):
+        remainders[token, unit_state] = remainder_ids.setdefault(tokens[token][exit_depth[token, unit_state] :], len(remainder_ids))
+    exits = remainders >= 0
+    dies = (state == DEAD) & ~exits
+    state[exits] = DEAD
+    # One code per outcome; outcomes numbered by unit state, then code.
+    code = (count * units.num_states + state) * (len(remainder_ids) + 1) + remainders + 1
+    code[dies] = -1
+    code = code * units.num_states + np.arange(units.num_states)
+    keys, first_token, outcome = unique_first_inverse(((code + units.num_states) % units.num_states * (code.max() + 1) + code).ravel())
+    outcome = outcome.reshape(code.shape)
+    token, unit_state = np.divmod(first_token, units.num_states)
+    _, member, signature = unique_first_inverse(row_groups(outcome))
+    return TokenOutcomes(
+        signature=signature,
+        outcome=outcome[member],
+        unit_state=unit_state,
+        units=count[token, unit_state],
+        ends=state[token, unit_state],
+        remainders=remainders[token, unit_state],
+        dies=dies[token, unit_state],
+        remainder_trie=build_trie(list(remainder_ids)[1:], list(range(1, len(remainder_ids)))),
+    )
+
+
+def loop_columns(loops: UnitLoops, transitions: np.ndarray, vocab: Vocabulary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The token columns of the states inside loops, from the vocabulary's `token_outcomes`.
+
+    A token that reads ``u`` whole units from a state counting from boundary state ``b`` lands
+    ``u`` units after ``b`` along its count chain (less one unit inside a unit, which the first
+    unit completes), inside the next unit if it ends mid-unit, and after an exit at the state the
+    remainder leads to from the exit byte's target. Each distinct outcome is evaluated once per
+    state of its unit state; signatures are grouped by random linear hashes of their columns.
+
+    Args:
+      loops: the automaton's `UnitLoops`.
+      transitions: int32[S', 256], the expanded automaton's transitions (S' >= S: states added
+        since are not reached by bytes).
+      vocab: the vocabulary.
+
+    Returns:
+      int64[R], the states (`UnitLoops.rows`); int64[N], the class of each string of the
+      vocabulary trie (-1: dead from all of them); and int32[R, C], the column of each class.
+    """
+    outcomes = token_outcomes(vocab, loops.language)
+    rows, unit_state, base, behind = loops.rows
+    num_states, max_units = len(loops.unit_target), int(outcomes.units.max())
+    transitions = transitions[:num_states]  # without states appended after the expansion
+    # along[s, u]: the boundary state u units after boundary state s (DEAD: none).
+    along = np.zeros((num_states, max_units + 2), np.int64)
+    along[:, 0] = np.arange(num_states)
+    for u in range(max_units + 1):
+        along[:, u + 1] = loops.unit_target[along[:, u]]
+    exit_target = transitions[:, loops.language.exit_byte].astype(np.int64)
+    # after[s, m]: the state after remainder m from state s (m = 0: the empty remainder).
+    remainders = outcomes.remainder_trie
+    after = np.zeros((num_states, len(remainders.token_ids) + 1), np.int64)
+    after[:, 0] = np.arange(num_states)
+    entered = np.unique(exit_target[along[base]])
+    entered = entered[entered != DEAD]
+    if len(remainders.token_ids) and len(entered):
+        after[np.ix_(entered, remainders.token_ids)] = walk_tokens(remainders, transitions, entered)
+
+    # Pairs (outcome, row) of the same unit state, grouped by outcome; a row's position among the
+    # rows of its unit state is its offset in each such group.
+    by_unit = np.argsort(unit_state, kind="stable")
+    num_units = loops.language.dfa.num_states
+    row_count = np.bincount(unit_state, minlength=num_units)
+    row_start = np.cumsum(row_count) - row_count
+    position = np.empty(len(rows), np.int64)
+    position[by_unit] = np.arange(len(rows)) - row_start[unit_state[by_unit]]
+    group_length = row_count[outcomes.unit_state]
+    group_start = np.cumsum(group_length) - group_length
+    pair_row = by_unit[concatenated_ranges(row_start[outcomes.unit_state], group_length)]
+    pair_outcome = np.repeat(np.arange(len(group_length)), group_length)
+    units, ends, remainder = outcomes.units[pair_outcome], outcomes.ends[pair_outcome], outcomes.remainders[pair_outcome]
+    # Whole units past the base (inside a unit, the first completes it), and that of the unit in
+    # progress (clipped where the token dies).
+    landed = along[base[pair_row], np.maximum(units - behind[pair_row], 0)]
+    in_progress = along[base[pair_row], np.maximum(units + 1 - behind[pair_row], 0)]
+    value = np.where(ends == loops.language.dfa.start, landed, loops.inside[in_progress, ends])
+    value = np.where(remainder >= 0, after[exit_target[landed], np.maximum(remainder, 0)], value)
+    value[outcomes.dies[pair_outcome]] = DEAD
+
+    # A signature's hash: the sum over unit states of its outcome's hash over their rows.
+    outcome_hash = np.zeros((2, len(group_length) + 1), np.uint64)
+    grouped = np.flatnonzero(group_length)
+    weighted = hash_multipliers(len(transitions) + 1)[:, rows[pair_row]] * value.astype(np.uint64)
+    outcome_hash[:, grouped] = np.add.reduceat(weighted, group_start[grouped], axis=1)
+    outcome_live = np.zeros(len(group_length) + 1, bool)
+    outcome_live[pair_outcome[value != DEAD]] = True
+    signature_class, representative = classes_of_hashes(outcome_hash[:, outcomes.outcome].sum(axis=2))
+    live = outcome_live[outcomes.outcome[representative]].any(axis=1)
+    class_of_class = np.where(live, np.cumsum(live) - 1, -1)
+    chosen = outcomes.outcome[representative[live]][:, unit_state].T  # [R, C]
+    columns = value[group_start[chosen] + position[:, None]]
+    return rows, class_of_class[signature_class][outcomes.signature], columns.astype(np.int32)
