@@ -68,21 +68,20 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray, known: tuple[np.ndar
         # A dead node's function, -1, picks the appended -1.
         walks.append((np.append(function_class, -1)[functions.of_node[trie.token_nodes]], representatives, functions))
     # A string's class is the tuple of its classes in the walks (and the known rows), numbered
-    # densely.
+    # densely; the tuple of -1s (dead from every state), if any, is key 0 and comes first.
     parts = [(of_token, len(representatives)) for of_token, representatives, _ in walks]
     if known is not None:
         parts.append((known[1], known[2].shape[1]))
-    key, bound = parts[0][0] + 1, parts[0][1] + 1
-    for of_token, num_classes in parts[1:]:
+    key, bound = 0, 1
+    for of_token, num_classes in parts:
         values, key = _dense_unique(key * (num_classes + 1) + of_token + 1, bound * (num_classes + 1))
         bound = len(values)
-    live = np.flatnonzero(np.any([of_token >= 0 for of_token, _ in parts], axis=0))
-    values, token_class = _dense_unique(key[live], bound)
-    classes = np.full(len(key), -1, np.int64)
-    classes[live] = token_class
+    dead = int(values[0] == 0)
+    classes = key - dead
     member = np.empty(len(values), np.int64)  # a string of each class
-    member[token_class] = live
-    columns = np.zeros((len(transitions), len(values)), np.int32)
+    member[key] = np.arange(len(key))
+    member = member[dead:]
+    columns = np.zeros((len(transitions), len(member)), np.int32)
     for of_token, representatives, functions in walks:
         function_class = of_token[member]
         has = np.flatnonzero(function_class >= 0)
