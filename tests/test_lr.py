@@ -71,3 +71,26 @@ def test_an_alternative_longer_than_the_engine_takes_is_refused_naming_its_rule(
     long = grammar([("s", ["X"] * (MAX_RULE_LENGTH + 1))], {"X": "x"}, "s")
     with pytest.raises(GrammarError, match=rf"rule 's' has {MAX_RULE_LENGTH + 1} symbols; the engine takes at most {MAX_RULE_LENGTH}"):
         lr_tables(long)
+
+
+def test_tables_are_the_same_in_every_process():
+    """lark keeps LR(0) states in a set, ordered by string hashes: the states are renumbered
+    breadth first, so a grammar's tables do not depend on the process's hash seed."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    script = (
+        "import hashlib, pathlib, sys; import numpy as np\n"
+        "from ananke_jax import gbnf_to_ir\n"
+        "from ananke_jax._src.compile.lr import lr_tables\n"
+        "t = lr_tables(gbnf_to_ir(pathlib.Path(sys.argv[1]).read_text()))\n"
+        "print(hashlib.sha256(b''.join(np.ascontiguousarray(a).tobytes() for a in (t.action_kind, t.action_arg, t.goto))).hexdigest())\n"
+    )
+    path = pathlib.Path(__file__).parent.parent / "grammars" / "c_subset.gbnf"
+    digests = {
+        subprocess.run([sys.executable, "-c", script, str(path)], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True, check=True).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(digests) == 1  # one digest from three hash seeds

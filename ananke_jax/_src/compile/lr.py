@@ -66,7 +66,7 @@ def lr_tables(grammar: Grammar) -> LRTables:
     analyzer.compute_includes_lookback()
     analyzer.compute_lookaheads()
 
-    itemsets = list(analyzer.lr0_itemsets)
+    itemsets = _breadth_first(analyzer.lr0_start_states[grammar.start])
     index = {s: i for i, s in enumerate(itemsets)}
     columns = {name: j for j, name in enumerate(terminal_names + (END,))}
     goto_columns = {name: j for j, name in enumerate(nonterminals)}
@@ -83,7 +83,7 @@ def lr_tables(grammar: Grammar) -> LRTables:
                 goto[i, goto_columns[sym.name]] = index[target]
         for lookahead, rules in itemset.lookaheads.items():
             col = columns[lookahead.name]
-            own = [r for r in rules if r in rule_index]  # leaves out lark's root rule
+            own = sorted((r for r in rules if r in rule_index), key=rule_index.get)  # without lark's root rule
             if not own:
                 continue
             if len(own) > 1 or kind[i, col] == SHIFT:
@@ -105,6 +105,19 @@ def lr_tables(grammar: Grammar) -> LRTables:
         rule_length=np.array([len(r.expansion) for r in grammar.rules], np.int32),
         start_state=start_state,
     )
+
+
+def _breadth_first(start) -> list:
+    """The LR(0) states reachable from ``start``, breadth first, each state's transitions taken in
+    the order of their symbols' names: numbered the same in every process (lark keeps the states
+    in a set, whose order follows string hashes)."""
+    order, seen = [start], {start}
+    for state in order:
+        for _, target in sorted(state.transitions.items(), key=lambda item: (item[0].is_term, item[0].name)):
+            if target not in seen:
+                seen.add(target)
+                order.append(target)
+    return order
 
 
 def _describe(conflict, grammar: Grammar) -> str:
