@@ -230,6 +230,20 @@ def test_strings_alternating_characters_with_literals_compile_without_placeholde
         assert _token_walk(cg, sentencepiece_encode(text)) == valid, text
 
 
+def test_count_chains_that_read_other_bytes_keep_the_whole_walk():
+    """Loop columns assume a counting state reads only characters and the closing quote; a chain
+    that reads another byte (here a control byte after the characters) is expanded all the same,
+    to the spelled automaton, but walked whole."""
+    def language(unit):
+        chars = rx.repeat(unit, 0, 2)
+        return rx.alt(rx.seq(rx.Text('"'), chars, rx.Text('"')), rx.seq(rx.Text('"'), chars, rx.Text("\x01")))
+
+    dfa, loops = expand_unit_loops(rx.to_dfa(language(strings.UNIT)), strings.string_units())
+    spelled = rx.to_dfa(language(strings.ANY_UNIT))
+    assert loops is None and dfa.num_states == spelled.num_states
+    assert rx.difference(dfa, spelled).start == 0 and rx.difference(spelled, dfa).start == 0
+
+
 def _token_walk(cg, tokens) -> bool:
     """Whether every token is allowed in turn and the output is then complete."""
     state = cg.init_state()

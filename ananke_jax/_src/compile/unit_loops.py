@@ -80,9 +80,11 @@ def expand_unit_loops(dfa: ByteDFA, language: UnitLanguage) -> tuple[ByteDFA, Un
     it against the automaton of the units spelled out).
 
     Returns:
-      The expanded automaton and its `UnitLoops` (None when ``dfa`` reads no placeholder), or None
-      when a state reads both a unit and a literal byte that begins one (an alternation inside a
-      string; such a ``dfa`` must be built from the units spelled out).
+      The expanded automaton and its `UnitLoops`, or None when a state reads both a unit and a
+      literal byte that begins one (an alternation inside a string; such a ``dfa`` must be built
+      from the units spelled out). The `UnitLoops` are None when ``dfa`` reads no placeholder, or
+      when a state that counts units, or that one more unit leads to, reads a byte other than the
+      exit byte that begins no unit (`loop_columns` assumes it does not).
     """
     t, units = dfa.transitions, language.dfa
     target = t[:, language.placeholder]
@@ -107,6 +109,9 @@ def expand_unit_loops(dfa: ByteDFA, language: UnitLanguage) -> tuple[ByteDFA, Un
     unit_target = np.zeros(num_states, np.int32)
     unit_target[reading] = target[reading]
     expanded = ByteDFA(table.astype(np.int32), np.concatenate([dfa.accepting, np.zeros(num_states - dfa.num_states, bool)]), dfa.start)
+    others = np.setdiff1d(np.arange(256), [*begins, language.exit_byte, language.placeholder])
+    if t[np.ix_(np.union1d(reading, targets), others)].any():
+        return expanded, None
     return expanded, UnitLoops(language, unit_target, inside.astype(np.int32))
 
 
