@@ -176,11 +176,10 @@ def token_outcomes(vocab: Vocabulary, language: UnitLanguage) -> TokenOutcomes:
     exits = remainders >= 0
     dies = (state == DEAD) & ~exits
     state[exits] = DEAD
-    # One code per outcome; outcomes numbered by unit state, then code.
-    code = (count * units.num_states + state) * (len(remainder_ids) + 1) + remainders + 1
-    code[dies] = -1
-    code = code * units.num_states + np.arange(units.num_states)
-    keys, first_token, outcome = unique_first_inverse(((code + units.num_states) % units.num_states * (code.max() + 1) + code).ravel())
+    # One code per outcome (0: dies), and outcomes numbered by unit state, then code.
+    code = 2 + (count * units.num_states + state) * (len(remainder_ids) + 1) + remainders
+    code[dies] = 0
+    _, first_token, outcome = unique_first_inverse((np.arange(units.num_states) * (int(code.max()) + 1) + code).ravel())
     outcome = outcome.reshape(code.shape)
     token, unit_state = np.divmod(first_token, units.num_states)
     _, member, signature = unique_first_inverse(row_groups(outcome))
