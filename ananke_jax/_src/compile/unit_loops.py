@@ -168,11 +168,11 @@ def token_outcomes(vocab: Vocabulary, language: UnitLanguage) -> TokenOutcomes:
         exit_depth[:, level] = np.where(leaving, depth, gone)
         first += len(parents)
     state, count, exit_depth = (a[:, trie.token_nodes].T.astype(np.int64) for a in (state, count, exit_depth))
-    tokens = [vocab.tokens[i] for i in trie.token_ids.tolist()]
     remainder_ids: dict[bytes, int] = {b"": 0}
     remainders = np.full(state.shape, -1, np.int64)
-    for token, unit_state in zip(*(a.tolist() for a in np.nonzero(exit_depth))):
-        remainders[token, unit_state] = remainder_ids.setdefault(tokens[token][exit_depth[token, unit_state] :], len(remainder_ids))
+    exiting, exit_state = np.nonzero(exit_depth)
+    for token, unit_state, token_id in zip(exiting.tolist(), exit_state.tolist(), trie.token_ids[exiting].tolist()):
+        remainders[token, unit_state] = remainder_ids.setdefault(vocab.tokens[token_id][exit_depth[token, unit_state] :], len(remainder_ids))
     exits = remainders >= 0
     dies = (state == DEAD) & ~exits
     state[exits] = DEAD
