@@ -144,15 +144,24 @@ def leaves(node) -> Iterator:
         yield node
 
 
+def rewrite(node, fn: Callable) -> Node:
+    """``node`` with each subtree for which ``fn`` gives a node replaced by it (outermost
+    first; ``fn`` gives None to go on into the subtree's parts)."""
+    out = fn(node)
+    if out is not None:
+        return out
+    if isinstance(node, Seq):
+        return seq(*[rewrite(p, fn) for p in node.parts])
+    if isinstance(node, Alt):
+        return alt(*[rewrite(p, fn) for p in node.parts])
+    if isinstance(node, Repeat):
+        return repeat(rewrite(node.body, fn), node.lo, node.hi)
+    return node
+
+
 def map_leaves(node, fn: Callable) -> Node:
     """``node`` with every leaf (see `leaves`) replaced by ``fn(leaf)``."""
-    if isinstance(node, Seq):
-        return seq(*[map_leaves(p, fn) for p in node.parts])
-    if isinstance(node, Alt):
-        return alt(*[map_leaves(p, fn) for p in node.parts])
-    if isinstance(node, Repeat):
-        return repeat(map_leaves(node.body, fn), node.lo, node.hi)
-    return fn(node)
+    return rewrite(node, lambda n: None if isinstance(n, (Seq, Alt, Repeat)) else fn(n))
 
 
 def join(items: list[Node], separator: Node) -> Node:

@@ -127,12 +127,4 @@ def string_units() -> UnitLanguage:
 def with_placeholder_units(node: rx.Node) -> rx.Node:
     """``node`` with `UNIT` for each `ANY_UNIT` in its tree (free and length-bounded strings;
     automata inside it, already combined with other languages, keep theirs)."""
-    if node == ANY_UNIT:
-        return UNIT
-    if isinstance(node, rx.Seq):
-        return rx.seq(*map(with_placeholder_units, node.parts))
-    if isinstance(node, rx.Alt):
-        return rx.alt(*map(with_placeholder_units, node.parts))
-    if isinstance(node, rx.Repeat):
-        return rx.repeat(with_placeholder_units(node.body), node.lo, node.hi)
-    return node
+    return rx.rewrite(node, lambda subtree: UNIT if subtree == ANY_UNIT else None)
