@@ -37,18 +37,35 @@ def _lr(cg: CompiledCFG) -> _LR:
 
 
 class _Parse(NamedTuple):
-    """An LR simulation on a copy of a configuration's stack."""
+    """An LR simulation on a copy of a configuration's stack, packed in one array so that an
+    action is one fused update (separate fields cost one operation each per loop trip).
 
-    stack: jax.Array  # int32[D]; entries at and above the height are junk
-    height: jax.Array  # int32[]
-    top: jax.Array  # int32[], the state on top
-    pos: jax.Array  # int32[], terminals consumed
-    ok: jax.Array  # bool[], no error so far
-    overflow: jax.Array  # bool[], the stack depth was hit
+    packed: int32[..., D + 4]: the stack (entries at and above the height are junk), then the
+      height, the state on top, the terminals consumed, and flags (`_OK`: no error so far,
+      `_OVERFLOW`: the stack depth was hit).
+    """
+
+    packed: jax.Array
+
+    stack = property(lambda self: self.packed[..., :-4])
+    height = property(lambda self: self.packed[..., -4])
+    top = property(lambda self: self.packed[..., -3])
+    pos = property(lambda self: self.packed[..., -2])
+    ok = property(lambda self: (self.packed[..., -1] & _OK) != 0)
+    overflow = property(lambda self: (self.packed[..., -1] & _OVERFLOW) != 0)
+
+
+_OK, _OVERFLOW = 1, 2
+
+
+def _parse(stack, height, top, pos, ok, overflow) -> _Parse:
+    flags = jnp.where(ok, _OK, 0) | jnp.where(overflow, _OVERFLOW, 0)
+    fields = jnp.stack(jnp.broadcast_arrays(height, top, pos, flags), axis=-1).astype(jnp.int32)
+    return _Parse(jnp.concatenate([stack, fields], axis=-1))
 
 
 def _fresh(stack, depth) -> _Parse:
-    return _Parse(stack, depth, stack[jnp.maximum(depth - 1, 0)], jnp.int32(0), jnp.bool_(True), jnp.bool_(False))
+    return _parse(stack, depth, stack[jnp.maximum(depth - 1, 0)], 0, True, False)
 
 
 def _act(lr: _LR, column, length, p: _Parse) -> _Parse:
@@ -63,7 +80,7 @@ def _act(lr: _LR, column, length, p: _Parse) -> _Parse:
     pushed = jnp.where(is_shift, arg, lr.goto[p.stack[jnp.maximum(height - 1, 0)], arg])
     full = push & (height >= p.stack.shape[0])
     write = active & push & ~full
-    return _Parse(
+    return _parse(
         stack=jnp.where(write & (jnp.arange(p.stack.shape[0]) == height), pushed, p.stack),
         height=jnp.where(active, height + write, p.height),
         top=jnp.where(write, pushed, p.top),
@@ -87,7 +104,7 @@ def _run(step, p: _Parse, length, limit: int) -> _Parse:
     reading its ``length`` terminals, or for ``limit`` trips: parses then still reading ran out
     of actions, which counts as overflow."""
     p, _ = jax.lax.while_loop(lambda x: _running(x[0], length).any() & (x[1] < limit), lambda x: (step(x[0]), x[1] + 1), (p, jnp.int32(0)))
-    return p._replace(overflow=p.overflow | _running(p, length))
+    return _parse(p.stack, p.height, p.top, p.pos, p.ok, p.overflow | _running(p, length))
 
 
 def _feed(lr: _LR, stack, depth, terminals, length) -> _Parse:
@@ -128,7 +145,7 @@ def _walk_trie(cg: CompiledCFG, lr: _LR, stack, depth, lexer) -> _Parse:
         root, p = parent < 0, jnp.maximum(parent, 0)
         lane = jax.tree_util.tree_map(lambda n, f: jnp.where(root.reshape((-1,) + (1,) * f.ndim), jnp.broadcast_to(f, n[p].shape), n[p]), nodes, fresh)
         inside = jax.lax.dynamic_slice(chunk_of, (start,), (lanes,)) == c
-        lane = lane._replace(pos=jnp.zeros(lanes, jnp.int32), ok=inside & (root | _accepted(nodes)[p]))
+        lane = _parse(lane.stack, lane.height, lane.top, 0, inside & (root | _accepted(nodes)[p]), lane.overflow)
         return lane, jax.lax.dynamic_slice(column_of, (start,), (lanes,))
 
     def run_chunk(carry):
@@ -336,6 +353,5 @@ def cfg_advance(cg: CompiledCFG, state: CFGState, token) -> CFGState:
     # EOS: the configurations stay, marked finished when the output is complete, else they die.
     complete = cfg_accepts(cg, state)
     ended = state._replace(finished=complete, live=state.live & complete)
-    chosen = jax.tree_util.tree_map(lambda a, b: jnp.where(is_eos, a, b), ended, stepped)
     # Only the new configurations of a step that is not EOS need verdicts.
-    return jax.lax.cond(is_eos, lambda s: s, lambda s: _with_verdicts(cg, s, known), chosen)
+    return jax.lax.cond(is_eos, lambda: ended, lambda: _with_verdicts(cg, stepped, known))
