@@ -36,6 +36,9 @@ def _lr(cg: CompiledCFG) -> _LR:
     return _LR(jnp.left_shift(cg.action_arg, 12) | jnp.left_shift(popped, 2) | kind, cg.goto[:, cg.rule_lhs])
 
 
+_OK, _OVERFLOW = 1, 2  # the flag bits of a packed `_Parse`
+
+
 class _Parse(NamedTuple):
     """An LR simulation on a copy of a configuration's stack, packed in one array so that an
     action is one fused update (separate fields cost one operation each per loop trip).
@@ -55,10 +58,8 @@ class _Parse(NamedTuple):
     overflow = property(lambda self: (self.packed[..., -1] & _OVERFLOW) != 0)
 
 
-_OK, _OVERFLOW = 1, 2
-
-
 def _parse(stack, height, top, pos, ok, overflow) -> _Parse:
+    """Pack the fields of a `_Parse` (``stack`` int32[..., D], the others broadcastable to [...])."""
     flags = jnp.where(ok, _OK, 0) | jnp.where(overflow, _OVERFLOW, 0)
     fields = jnp.stack(jnp.broadcast_arrays(height, top, pos, flags), axis=-1).astype(jnp.int32)
     return _Parse(jnp.concatenate([stack, fields], axis=-1))
