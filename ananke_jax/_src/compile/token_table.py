@@ -321,13 +321,11 @@ def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[n
     tokens_by_class = np.argsort(class_of_token.astype(np.uint16) if num_classes <= 1 << 16 else class_of_token, kind="stable")  # a radix sort
     tokens = tokens_by_class[concatenated_ranges(np.cumsum(sizes)[flip_class] - sizes[flip_class], sizes[flip_class])]
     num_words = -(-num_tokens // 32)
-    # Flipped bits per (row, word): distinct bits, so their sum (exact in float64) is their OR.
-    flipped = np.bincount(
-        np.repeat(flip_row, sizes[flip_class]) * num_words + (tokens >> 5),
-        weights=np.left_shift(1, tokens & 31).astype(np.float64),
-        minlength=num_rows * num_words,
-    )
-    masks = flipped.astype(np.uint32).reshape(num_rows, num_words)
+    # Flipped bits per (row, word): distinct bits, so their sum is their OR (`add.at` is fast for
+    # uint32, and needs no float64 intermediate as `bincount` does).
+    masks = np.zeros((num_rows, num_words), np.uint32)
+    bits = np.left_shift(np.uint32(1), (tokens & 31).astype(np.uint32))
+    np.add.at(masks.reshape(-1), np.repeat(flip_row, sizes[flip_class]) * num_words + (tokens >> 5), bits)
     # A prefix XOR (ufunc.accumulate over axis 0 is ~20x slower), over 64-bit words where they fit.
     wide = masks.view(np.uint64) if num_words % 2 == 0 else masks
     for i in range(1, num_rows):
