@@ -248,15 +248,14 @@ def cfg_accepts(cg: CompiledCFG, state: CFGState) -> jax.Array:
 def cfg_token_mask(cg: CompiledCFG, state: CFGState) -> jax.Array:
     """uint32[W]: the allowed tokens, EOS included exactly when the output is complete.
 
-    One loop trip per configuration up to the last live one (usually one)."""
+    The first configuration is done outside the loop (a loop trip costs more than its work),
+    then one trip per further configuration up to the last live one (usually none)."""
 
-    def body(carry):
-        i, tokens = carry
-        valid = state.outcome_ok[i] & state.live[i]
-        return i + 1, tokens | _config_tokens(cg, valid, state.lexer[i])
+    def config_tokens(i):
+        return _config_tokens(cg, state.outcome_ok[i] & state.live[i], state.lexer[i])
 
-    init = (jnp.int32(0), jnp.zeros(cg.mask_words, jnp.uint32))
-    tokens = jax.lax.while_loop(lambda c: c[0] < _live_count(state), body, init)[1]
+    body = lambda carry: (carry[0] + 1, carry[1] | config_tokens(carry[0]))
+    tokens = jax.lax.while_loop(lambda c: c[0] < _live_count(state), body, (jnp.int32(1), config_tokens(0)))[1]
     eos = jnp.where(cfg_accepts(cg, state), cg.eos_mask, jnp.uint32(0))
     return jnp.where(state.finished, jnp.uint32(0), tokens) | eos
 
