@@ -336,8 +336,10 @@ def cfg_advance(cg: CompiledCFG, state: CFGState, token) -> CFGState:
         return r + 1, kept, live.at[position].set(True, mode="drop"), overflow | (fresh & (position >= k)).any()
 
     empty = _Configs(jnp.zeros_like(state.stacks), jnp.zeros_like(state.depth), jnp.zeros_like(state.lexer))
-    init = (jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow)
-    _, kept, live, overflow = jax.lax.while_loop(lambda c: c[0] * k < count, round_, init)
+    # There is almost always a round (none only for EOS or a forbidden token, when it keeps
+    # nothing): the first runs outside the loop.
+    first = round_((jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow))
+    _, kept, live, overflow = jax.lax.while_loop(lambda c: c[0] * k < count, round_, first)
     # A configuration the state already had keeps its verdicts: they depend on it alone.
     match = _same(kept, _Configs(state.stacks, state.depth, state.lexer)) & live[:, None] & state.live[None, :]
     known, source = match.any(axis=1), jnp.argmax(match, axis=1)
