@@ -312,7 +312,8 @@ def cfg_advance(cg: CompiledCFG, state: CFGState, token) -> CFGState:
     token; the survivors (deduplicated, at most K, in order) form the new state.
 
     The valid (configuration, outcome) pairs are gathered first and followed K at a time, so a
-    step costs what its valid pairs cost (usually one round), not K times the largest outcome set.
+    step costs what its valid pairs cost, not K times the largest outcome set; the usual single
+    pair skips the deduplication.
     """
     token = jnp.asarray(token, jnp.int32)
     is_eos = is_allowed(cg.eos_mask, token)
@@ -324,22 +325,31 @@ def cfg_advance(cg: CompiledCFG, state: CFGState, token) -> CFGState:
     pairs = jnp.argsort(~valid, stable=True)  # the valid pairs first, in (configuration, outcome) order
     count = valid.sum()
 
+    follow = lambda pair: _follow(cg, lr, state, pair // z, jnp.maximum(local.reshape(-1)[pair], 0))
+    empty = _Configs(jnp.zeros_like(state.stacks), jnp.zeros_like(state.depth), jnp.zeros_like(state.lexer))
+
+    def one_pair():
+        """The usual step: one valid pair makes the only configuration."""
+        kept = jax.tree_util.tree_map(lambda e, x: e.at[0].set(x), empty, follow(pairs[0]))
+        return kept, jnp.arange(k) == 0, state.overflow
+
     def round_(carry):
         r, kept, live, overflow = carry
         slot = jax.lax.dynamic_slice(pairs, (r * k,), (k,))
         real = r * k + jnp.arange(k) < count
-        made = jax.vmap(lambda pair: _follow(cg, lr, state, pair // z, jnp.maximum(local.reshape(-1)[pair], 0)))(slot)
+        made = jax.vmap(follow)(slot)
         earlier = jnp.tril(jnp.ones((k, k), jnp.bool_), k=-1)
         fresh = real & ~(_same(made, kept) & live[None, :]).any(axis=1) & ~(_same(made, made) & earlier & real[None, :]).any(axis=1)
         position = jnp.where(fresh, live.sum() + jnp.cumsum(fresh) - 1, k)
         kept = jax.tree_util.tree_map(lambda a, b: a.at[position].set(b, mode="drop"), kept, made)
         return r + 1, kept, live.at[position].set(True, mode="drop"), overflow | (fresh & (position >= k)).any()
 
-    empty = _Configs(jnp.zeros_like(state.stacks), jnp.zeros_like(state.depth), jnp.zeros_like(state.lexer))
-    # There is almost always a round (none only for EOS or a forbidden token, when it keeps
-    # nothing): the first runs outside the loop.
-    first = round_((jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow))
-    _, kept, live, overflow = jax.lax.while_loop(lambda c: c[0] * k < count, round_, first)
+    def rounds():
+        """Any other number of pairs (none for EOS or a forbidden token): K a round, deduplicated."""
+        init = (jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow)
+        return jax.lax.while_loop(lambda c: c[0] * k < count, round_, init)[1:]
+
+    kept, live, overflow = jax.lax.cond(count == 1, one_pair, rounds)
     # A configuration the state already had keeps its verdicts: they depend on it alone.
     match = _same(kept, _Configs(state.stacks, state.depth, state.lexer)) & live[:, None] & state.live[None, :]
     known, source = match.any(axis=1), jnp.argmax(match, axis=1)
