@@ -1,11 +1,13 @@
-"""Subset construction and Hopcroft minimisation against a direct NFA simulation and Moore's algorithm."""
+"""Subset construction and Hopcroft minimisation against a direct NFA simulation and Moore's algorithm;
+byte classes against a direct comparison of columns."""
 
 import gc
 
 import numpy as np
 import pytest
 
-from ananke_jax._src.compile.automaton import Fragment, NFABuilder, minimise, pausing_gc, subset_construction
+from ananke_jax._src.compile import automaton
+from ananke_jax._src.compile.automaton import Fragment, NFABuilder, byte_classes, minimise, pausing_gc, subset_construction
 from ananke_jax._src.compile.regex import regex_to_dfa
 
 # Code point ranges whose UTF-8 forms share lead bytes and continuation suffixes.
@@ -202,3 +204,19 @@ def test_pausing_gc_pauses_the_collector_and_restores_it_even_on_errors():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("collide", [False, True], ids=["hashed", "every-hash-colliding"])
+def test_byte_classes_group_exactly_the_equal_columns(seed, collide, monkeypatch):
+    if collide:  # all-zero weights: every column hashes alike, so the exact fallback must sort them out
+        monkeypatch.setattr(automaton, "hash_multipliers", lambda n: np.zeros((2, n), np.uint64))
+    rng = np.random.default_rng(seed)
+    num_states = int(rng.integers(1, 600))
+    kinds = rng.integers(0, num_states, (num_states, int(rng.integers(1, 40))), dtype=np.int32)
+    table = kinds[:, rng.integers(0, kinds.shape[1], 256)]  # columns drawn from a few distinct ones
+    byte_class, first_byte = byte_classes(table)
+    same_column = (table[:, :, None] == table[:, None, :]).all(axis=0)
+    assert (same_column == (byte_class[:, None] == byte_class[None, :])).all()
+    assert sorted(set(byte_class.tolist())) == list(range(len(first_byte)))
+    assert first_byte.tolist() == [int(np.flatnonzero(byte_class == c)[0]) for c in range(len(first_byte))]  # lowest bytes

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 
@@ -64,3 +66,12 @@ def pack_bits(bits: np.ndarray) -> np.ndarray:
         padded[..., : bits.shape[-1]] = bits
         bits = padded
     return np.packbits(bits, axis=-1, bitorder="little").view("<u4").astype(np.uint32, copy=False)
+
+
+@functools.lru_cache(maxsize=64)
+def hash_multipliers(num_states: int) -> np.ndarray:
+    """uint64[2, num_states]: odd random multipliers of two independent 64-bit column hashes
+    (cached, read-only)."""
+    multipliers = np.random.default_rng(0).integers(1, 2**63, size=(2, num_states), dtype=np.uint64) | np.uint64(1)
+    multipliers.setflags(write=False)
+    return multipliers

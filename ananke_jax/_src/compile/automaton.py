@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ananke_jax._src.compile import utf8
+from ananke_jax._src.compile.arrays import hash_multipliers, unique_first_inverse
 from ananke_jax._src.errors import GrammarError
 
 DEAD = 0
@@ -287,10 +288,20 @@ def minimise(class_table: np.ndarray, accepting: np.ndarray, *, start: int, byte
 def byte_classes(transitions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The bytes that act alike in every state of ``transitions`` [S, 256] (stack several
     automata to share classes): int64[256], the class of each byte, and int64[K], one byte of
-    each class (its lowest)."""
-    byte_class = row_groups(transitions.T)
-    first_byte = np.zeros(int(byte_class.max()) + 1, np.int64)
-    first_byte[byte_class[::-1]] = np.arange(255, -1, -1)
+    each class (its lowest).
+
+    Columns are grouped by a random linear hash (integer weights small enough that float64 sums
+    are exact) and then checked equal to their class's first column; a collision falls back to
+    sorting the columns.
+    """
+    columns = np.ascontiguousarray(transitions.T)
+    bound = 2.0**52 / (len(transitions) * max(int(transitions.max(initial=0)), 1))
+    weights = np.floor(hash_multipliers(len(transitions))[0] / 2.0**64 * bound) + 1
+    _, first_byte, byte_class = unique_first_inverse(columns @ weights)
+    if (columns != columns[first_byte[byte_class]]).any():
+        byte_class = row_groups(columns)
+        first_byte = np.zeros(int(byte_class.max()) + 1, np.int64)
+        first_byte[byte_class[::-1]] = np.arange(len(byte_class) - 1, -1, -1)
     return byte_class, first_byte
 
 

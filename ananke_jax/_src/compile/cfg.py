@@ -18,6 +18,7 @@ import numpy as np
 
 from ananke_jax._src.compile.arrays import (
     concatenated_ranges,
+    hash_multipliers,
     pack_bits,
     padded_groups,
     sorted_unique,
@@ -28,7 +29,7 @@ from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_term
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import outcome_tries
 from ananke_jax._src.compile.token_table import spell_tokens
-from ananke_jax._src.compile.token_trie import build_trie, classes_of_hashes, hash_multipliers
+from ananke_jax._src.compile.token_trie import build_trie, classes_of_hashes
 from ananke_jax._src.compiled_cfg import CompiledCFG
 from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar

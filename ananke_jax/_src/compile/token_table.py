@@ -13,9 +13,9 @@ import dataclasses
 
 import numpy as np
 
-from ananke_jax._src.compile.arrays import concatenated_ranges, pack_bits, run_starts, unique_first_inverse
+from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, pack_bits, run_starts, unique_first_inverse
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, row_groups
-from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes, hash_multipliers, ordinary_token_ids, vocabulary_trie
+from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes, ordinary_token_ids, vocabulary_trie
 from ananke_jax._src.compile.unit_loops import UnitLoops, loop_columns
 from ananke_jax._src.vocab import Vocabulary
 
@@ -55,9 +55,10 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray, known: tuple[np.ndar
     symbol_class, first_symbol = byte_classes(transitions)
     class_transitions = transitions[:, first_symbol]
     walks = []  # per walk of some start states: (function class of each string, its functions)
-    pending = [np.arange(1, len(transitions))]
+    unknown = np.arange(len(transitions)) > 0  # every state but the dead one, less the known rows
     if known is not None:
-        pending = [np.setdiff1d(pending[0], known[0])]
+        unknown[known[0]] = False
+    pending = [np.flatnonzero(unknown)]
     while pending:
         starts = pending.pop()
         functions = _live_functions(trie, class_transitions, symbol_class, multipliers, starts)

@@ -128,15 +128,6 @@ def walk_tokens(trie: TokenTrie, transitions: np.ndarray, starts: np.ndarray) ->
     return node_states[:, trie.token_nodes]
 
 
-@functools.lru_cache(maxsize=64)
-def hash_multipliers(num_states: int) -> np.ndarray:
-    """uint64[2, num_states]: odd random multipliers of two independent 64-bit column hashes
-    (cached, read-only)."""
-    multipliers = np.random.default_rng(0).integers(1, 2**63, size=(2, num_states), dtype=np.uint64) | np.uint64(1)
-    multipliers.setflags(write=False)
-    return multipliers
-
-
 def classes_of_hashes(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Group items by their column hashes (uint64[2, N], two independent random linear hashes
     of a column; equal classes unless both collide, probability ~2^-120).

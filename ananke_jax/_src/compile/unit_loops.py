@@ -19,9 +19,9 @@ import functools
 
 import numpy as np
 
-from ananke_jax._src.compile.arrays import concatenated_ranges, unique_first_inverse
+from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, unique_first_inverse
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
-from ananke_jax._src.compile.token_trie import TokenTrie, build_trie, classes_of_hashes, hash_multipliers, vocabulary_trie, walk_tokens
+from ananke_jax._src.compile.token_trie import TokenTrie, build_trie, classes_of_hashes, vocabulary_trie, walk_tokens
 from ananke_jax._src.vocab import Vocabulary
 
 
