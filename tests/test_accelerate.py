@@ -1,13 +1,15 @@
 """DOMINO's accelerations in `generate`: opportunistic masking and grammar-driven speculation give
-the tokens (greedy) or the distribution (sampled) of plain constrained decoding."""
+the tokens (greedy) or the distribution (sampled) of plain constrained decoding; jump-forward's
+forced tokens keep every continuation the grammar allows."""
 
+import json
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_generate import CONFIG, PARAMS, SCHEMA, STEP, VOCAB, _generate, _last_logits
+from test_generate import CONFIG, PARAMS, SCHEMA, STEP, TOKENS, VOCAB, _generate, _last_logits, _texts
 
 import ananke_jax as aj
 from ananke_jax._src.drafts import propose, record
@@ -89,6 +91,76 @@ def test_forced_tokens_are_the_longest_tokens_every_allowed_token_agrees_with():
     assert checked >= 3
 
 
+def _byte_walker(cg, vocab):
+    """``walk(state, data)``: the state after ``data`` fed one single-byte token at a time from
+    ``state`` (None when a byte is refused), from the constraint's own tables."""
+    masks = np.unpackbits(np.asarray(cg.mask_rows).view(np.uint8), axis=1, bitorder="little")[np.asarray(cg.row_of_state)]
+    next_state, class_of = np.asarray(cg.next_state), np.asarray(cg.class_of_token)
+    ids = {vocab.token_bytes(i): i for i in range(len(vocab))}
+
+    def walk(state, data):
+        for byte in data:
+            token = ids[bytes([byte])]
+            if not masks[state, token]:
+                return None
+            state = int(next_state[state, class_of[token]])
+        return state
+
+    return masks.astype(bool), walk
+
+
+ORDERS = {"anyOf": [{"type": "object", "properties": {key: {"type": "integer"}}, "required": [key], "additionalProperties": False} for key in ("order", "orderId")]}
+ORDER_VOCAB = aj.Vocabulary.from_tokens(TOKENS + [b"order", b"orderId", b'Id"'], eos_token_ids=[0])
+
+
+@pytest.mark.parametrize("name", ["schema", "regex", "orders"])
+def test_a_forced_token_keeps_every_continuation_of_the_tokens_it_cuts(name):
+    """Jump-forward's safety (the order / orderId problem): where `f` is forced, an allowed token
+    `t` longer than `f` goes on, byte by byte, from the state after `f` to the state after `t`,
+    and one shorter than `f` reaches the state after `f` through f's remaining bytes: emitting
+    `f` loses no continuation. With keys `order` and `orderId`, `order` is forced and cuts
+    `orderId`."""
+    vocab = ORDER_VOCAB if name == "orders" else VOCAB
+    cg = aj.compile_json_schema(ORDERS, vocab, whitespace="compact") if name == "orders" else CONSTRAINTS[name]()
+    forced = np.asarray(aj.draft_tables(cg, vocab).forced)
+    allowed, walk = _byte_walker(cg, vocab)
+    next_state, class_of = np.asarray(cg.next_state), np.asarray(cg.class_of_token)
+    cuts = set()
+    for state in np.flatnonzero(forced >= 0).tolist():
+        f = int(forced[state])
+        after_f, text = int(next_state[state, class_of[f]]), vocab.token_bytes(f)
+        for t in np.flatnonzero(allowed[state]).tolist():
+            if t in vocab.eos_token_ids:
+                continue
+            after_t, word = int(next_state[state, class_of[t]]), vocab.token_bytes(t)
+            if len(word) > len(text):
+                assert word.startswith(text) and walk(after_f, word[len(text):]) == after_t, (state, text, word)
+                cuts.add((text, word))
+            else:
+                assert text.startswith(word) and walk(after_t, text[len(word):]) == after_f, (state, text, word)
+    if name == "orders":
+        assert (b"order", b"orderId") in cuts
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_jump_forward_emits_forced_tokens_unasked_and_its_outputs_stay_valid(seed):
+    """The random model rarely takes a forced key itself; jump-forward emits it anyway, in fewer
+    model calls than plain decoding, and every finished row is valid JSON of the schema."""
+    jsonschema = pytest.importorskip("jsonschema")
+    cg = CONSTRAINTS["schema"]()
+    drafts = aj.draft_tables(cg, VOCAB)
+    options = {"batch": 4, "new": 48, "sampling": GREEDY, "seed": seed, "drafts": drafts}
+    plain = _generate(cg, batch=4, new=48, sampling=GREEDY, seed=seed)
+    speculative = _generate(cg, acceleration="speculative", **options)
+    jump = _generate(cg, acceleration="jump_forward", **options)
+    assert int(np.asarray(jump.stats["accepted"]).sum()) > int(np.asarray(speculative.stats["accepted"]).sum())
+    assert int(jump.stats["model_calls"]) < int(plain.stats["model_calls"])
+    finished = [text for text, reason in zip(_texts(jump), jump.finish_names()) if reason != "length"]
+    assert finished
+    for text in finished:
+        jsonschema.validate(json.loads(text), SCHEMA)
+
+
 def test_a_token_taken_where_a_token_was_forced_is_drafted_where_that_token_is_forced_again():
     """The forced-token vote table: the model took another allowed token (here a prefix) where
     the grammar forced `f`; in another state forcing `f`, that token is drafted instead of `f`."""
@@ -107,7 +179,7 @@ def test_a_token_taken_where_a_token_was_forced_is_drafted_where_that_token_is_f
     eos = jnp.asarray(VOCAB.eos_token_ids, jnp.int32)
 
     def draft(tables, state):
-        drafts, usable, _, slots = propose(cg, aj.GrammarState(jnp.int32(state)), jnp.int32(0), tables, jnp.int32(0), eos, 1)
+        drafts, usable, _, _, slots = propose(cg, aj.GrammarState(jnp.int32(state)), jnp.int32(0), tables, jnp.int32(0), eos, 1)
         return int(drafts[0]) if int(usable) else None, slots
 
     before, slots = draft(tables, first)
@@ -128,7 +200,7 @@ def test_drafts_tell_apart_the_positions_of_a_state_that_tokens_leave_unchanged(
     assert all(bool((x == y).all()) for x, y in zip(first, second)), "the premise: digits leave the state as it is"
 
     def draft(tables, state, previous):
-        drafts, usable, _, slots = propose(cg, state, jnp.int32(previous), tables, jnp.int32(0), eos, 1)
+        drafts, usable, _, _, slots = propose(cg, state, jnp.int32(previous), tables, jnp.int32(0), eos, 1)
         return int(drafts[0]) if int(usable) else None, slots
 
     tables = aj.draft_tables(cg, VOCAB)
@@ -205,6 +277,8 @@ def test_bad_acceleration_arguments_are_refused_clearly():
         _generate(constraint, acceleration="turbo")
     with pytest.raises(ValueError, match="draft_length must be an int >= 1"):
         _generate(constraint, acceleration="speculative", draft_length=0)
+    with pytest.raises(ValueError, match=r"jump_forward emits forced tokens: pass drafts=aj.draft_tables\(constraint, vocab\)"):
+        _generate(constraint, acceleration="jump_forward")
     prompt = np.ones((1, 4), np.int32)
     with pytest.raises(ValueError, match=r"\+ draft_length=4 need 16 cache positions, but the cache holds 12"):
         aj.generate(STEP, PARAMS, prompt, constraint, cache=init_cache(CONFIG, 1, 12), max_new_tokens=8,

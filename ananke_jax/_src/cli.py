@@ -176,7 +176,8 @@ def generate_command(args) -> int:
     print(f"acceleration: {acceleration}" + (" (auto)" if args.acceleration == "auto" else ""))
     prompt = encode(args.prompt)
     done = _progress(f"generating {args.batch} x up to {args.max_tokens} tokens, constrained and unconstrained")
-    drafts = aj.draft_tables(constraint, vocab) if acceleration == "speculative" else None  # host work, once
+    drafting = acceleration in ("speculative", "jump_forward")
+    drafts = aj.draft_tables(constraint, vocab) if drafting else None  # host work, once
     result, seconds = _timed(lambda: _run(step_fn, params, config, prompt, constraint, vocab, args, drafts))
     free, free_seconds = _timed(lambda: _run(step_fn, params, config, prompt, None, vocab, args))
     done()
@@ -191,9 +192,9 @@ def generate_command(args) -> int:
     constrained_rate, free_rate = rate(result, seconds), rate(free, free_seconds)
     print(f"{valid}/{args.batch} outputs valid")
     print(f"tokens/s: constrained {constrained_rate:.1f}, unconstrained {free_rate:.1f} (ratio {constrained_rate / free_rate:.2f})")
-    if acceleration == "speculative":
+    if drafting:
         drafted, accepted = int(np.asarray(result.stats["drafted"]).sum()), int(np.asarray(result.stats["accepted"]).sum())
-        print(f"speculative: {accepted}/{drafted} draft tokens accepted, {int(result.stats['model_calls'])} model calls")
+        print(f"{acceleration}: {accepted}/{drafted} draft tokens accepted, {int(result.stats['model_calls'])} model calls")
     return 0 if valid == args.batch else 1
 
 

@@ -124,12 +124,14 @@ def state_key(state, slots: int) -> jax.Array:
     return (total % jnp.uint32(slots)).astype(jnp.int32)
 
 
-def propose(cg, state, previous, tables: DraftTables, grammar_index, eos_ids, length: int):
-    """Up to ``length`` draft tokens from ``state``, reached by token ``previous`` (one row).
+def propose(cg, state, previous, tables: DraftTables, grammar_index, eos_ids, length: int, forced_first: bool = False):
+    """Up to ``length`` draft tokens from ``state``, reached by token ``previous`` (one row);
+    ``forced_first``: a state's forced token before any voted one.
 
     Returns:
       drafts int32[length]; how many are usable (int32[]: drafts stop at the first state with
-      nothing to propose, or whose proposal the constraint forbids or is EOS); the states before
+      nothing to propose, or whose proposal the constraint forbids or is EOS); whether each
+      draft is its state's forced token (bool[length]); the states before
       each draft and after the last (a state pytree with a leading axis of length + 1), and
       their vote-table slots (int32[length + 1, NUM_TABLES]; a state without a forced token has
       slot H, out of range, in the last table).
@@ -148,16 +150,18 @@ def propose(cg, state, previous, tables: DraftTables, grammar_index, eos_ids, le
         by_pair, by_state, by_previous = (tables.candidate[i, slot[i]] for i in range(3))
         as_forced = jnp.where(forced >= 0, tables.candidate[3, jnp.minimum(slot[3], slots - 1)], -1)
         token = by_previous
-        for better in (forced, as_forced, by_state, by_pair):  # the most specific known guess
+        guesses = (as_forced, by_state, by_pair, forced) if forced_first else (forced, as_forced, by_state, by_pair)
+        for better in guesses:  # the most specific known guess last
             token = jnp.where(better >= 0, better, token)
         going = going & (token >= 0) & ~(token == eos_ids).any() & token_allowed(cg, state, token)
+        is_forced = going & (token == forced)
         token = jnp.maximum(token, 0)
-        return (advance(cg, state, token), token, going), (token, going, state, slot)
+        return (advance(cg, state, token), token, going), (token, going, is_forced, state, slot)
 
-    (last, previous, _), (drafts, usable, before, slots_of) = jax.lax.scan(step, (state, previous, jnp.bool_(True)), None, length=length)
+    (last, previous, _), (drafts, usable, is_forced, before, slots_of) = jax.lax.scan(step, (state, previous, jnp.bool_(True)), None, length=length)
     states = jax.tree_util.tree_map(lambda b, x: jnp.concatenate([b, x[None]]), before, last)
     slots_of = jnp.concatenate([slots_of, keys(last, previous)[0][None]])
-    return drafts, usable.sum(dtype=jnp.int32), states, slots_of
+    return drafts, usable.sum(dtype=jnp.int32), is_forced, states, slots_of
 
 
 def record(tables: DraftTables, slots: jax.Array, tokens: jax.Array, taken: jax.Array) -> DraftTables:

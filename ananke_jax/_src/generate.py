@@ -75,7 +75,7 @@ def cache_length(cache) -> int:
     return lengths.pop()
 
 
-ACCELERATIONS = ("none", "opportunistic", "speculative")
+ACCELERATIONS = ("none", "opportunistic", "speculative", "jump_forward")
 
 
 def generate(
@@ -119,10 +119,16 @@ def generate(
         scores, where the drawn token depends on the mask); ``"speculative"``: each model call
         verifies up to ``draft_length`` draft tokens (forced and often-taken tokens, see
         `draft_tables`) and keeps the longest prefix the model's own choices agree with (greedy:
-        the same tokens as ``"none"``; sampled: the same distribution).
-      draft_length: static k for ``speculative``: the model runs over k + 1 tokens per call.
+        the same tokens as ``"none"``; sampled: the same distribution); ``"jump_forward"``:
+        as ``"speculative"``, but a draft that is the token the grammar forces (`draft_tables`
+        with a vocabulary; regular grammars only) is emitted without the model's agreement.
+        Invasive: the forced text keeps every continuation the grammar allows, but not always
+        the model's own tokenization of it, so the output may differ from ``"none"``.
+      draft_length: static k for ``speculative`` and ``jump_forward``: the model runs over k + 1
+        tokens per call.
       drafts: `DraftTables` for ``speculative`` (default: `draft_tables(constraint)`, no forced
-        tokens); a result's ``drafts`` carry the vote counts on to the next call.
+        tokens) and ``jump_forward`` (required); a result's ``drafts`` carry the vote counts on to
+        the next call.
 
     Returns:
       A `GenerationResult`. The call jits once per shape and static configuration.
@@ -130,11 +136,15 @@ def generate(
     Raises:
       ValueError: a prompt (plus drafts) that does not fit the cache, logits wider than the
         constraint's vocabulary, a bank without ``grammar_index`` (or the reverse), an index
-        outside the bank, bad lengths, an unknown acceleration or draft length.
+        outside the bank, bad lengths, an unknown acceleration or draft length, ``jump_forward``
+        without ``drafts``.
     """
     if acceleration not in ACCELERATIONS:
         raise ValueError(f"acceleration must be one of {ACCELERATIONS}, got {acceleration!r}")
-    speculative = acceleration == "speculative"
+    jump_forward = acceleration == "jump_forward"
+    if jump_forward and drafts is None:
+        raise ValueError("jump_forward emits forced tokens: pass drafts=aj.draft_tables(constraint, vocab)")
+    speculative = acceleration == "speculative" or jump_forward
     if speculative and (not isinstance(draft_length, int) or draft_length < 1):
         raise ValueError(f"draft_length must be an int >= 1, got {draft_length!r}")
     prompt_tokens = jnp.asarray(prompt_tokens, jnp.int32)
@@ -169,7 +179,7 @@ def generate(
     static = {"max_new_tokens": max_new_tokens, "eos_token_ids": tuple(eos_token_ids), "choices": choices, "per_row": is_bank}
     if speculative:
         tables = drafts if drafts is not None else draft_tables(None if is_bank else constraint)
-        return _generate_speculative(step_fn, params, rows, constraint, cache, key, tables, draft_length=draft_length, **static)
+        return _generate_speculative(step_fn, params, rows, constraint, cache, key, tables, draft_length=draft_length, jump_forward=jump_forward, **static)
     opportunistic = acceleration == "opportunistic" and _draws_without_mask(constraint, choices)
     return _generate(step_fn, params, rows, constraint, cache, key, opportunistic=opportunistic, **static)
 
@@ -294,11 +304,12 @@ def _generate(step_fn, params, rows: _Rows, constraint, cache, key, *, max_new_t
     return GenerationResult(out, (out != PAD).sum(axis=1, dtype=jnp.int32), finish, interventions, stats)
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames=("max_new_tokens", "eos_token_ids", "choices", "per_row", "draft_length"))
-def _generate_speculative(step_fn, params, rows: _Rows, constraint, cache, key, drafts, *, max_new_tokens, eos_token_ids, choices, per_row, draft_length):
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("max_new_tokens", "eos_token_ids", "choices", "per_row", "draft_length", "jump_forward"))
+def _generate_speculative(step_fn, params, rows: _Rows, constraint, cache, key, drafts, *, max_new_tokens, eos_token_ids, choices, per_row, draft_length, jump_forward):
     """Each loop trip drafts k tokens per row, runs the model once over the row's last token and
     its drafts (k + 1 positions), keeps the drafts up to the first one the model's own choice
-    rejects, and appends that choice (or, all accepted, one more drawn token)."""
+    rejects (``jump_forward``: that is not forced), and appends that choice (or, all accepted,
+    one more drawn token)."""
     batch, k = rows.prompt.shape[0], draft_length
     _, cache, states = _start(step_fn, params, rows, constraint, cache, per_row=per_row)
     eos = jnp.asarray(eos_token_ids, jnp.int32)
@@ -307,10 +318,11 @@ def _generate_speculative(step_fn, params, rows: _Rows, constraint, cache, key, 
 
     def propose_row(cg, state, previous, drafts, grammar):
         if cg is None:  # unconstrained: no grammar state to key drafts on
-            return jnp.zeros(k, jnp.int32), jnp.int32(0), jax.tree_util.tree_map(lambda x: jnp.stack([x] * (k + 1)), state), jnp.zeros((k + 1, NUM_TABLES), jnp.int32)
-        return propose(cg, state, previous, drafts, grammar, eos, k)
+            none = jnp.zeros(k, jnp.int32)
+            return none, jnp.int32(0), none.astype(bool), jax.tree_util.tree_map(lambda x: jnp.stack([x] * (k + 1)), state), jnp.zeros((k + 1, NUM_TABLES), jnp.int32)
+        return propose(cg, state, previous, drafts, grammar, eos, k, forced_first=jump_forward)
 
-    def verify_row(cg, states, free, draft, usable, logits, key, choice):
+    def verify_row(cg, states, free, draft, usable, forced, logits, key, choice):
         """One row: the tokens it emits (int32[k + 1], PAD after), the position j of the first
         rejected draft, the finish reason at j, and the model's argmax refusals up to each
         position (int32[k + 1], cumulative)."""
@@ -337,6 +349,7 @@ def _generate_speculative(step_fn, params, rows: _Rows, constraint, cache, key, 
             return keep, jnp.where(jnp.isfinite(rest.max(axis=-1)), drawn, eos[0])
 
         keep, choice_at = _choose([judge(params) for params in choices], choice)
+        keep = keep | jnp.append(forced, False)  # forced drafts are kept unasked (jump_forward only)
         j = jnp.cumprod(keep & proposed).sum(dtype=jnp.int32)
         token = choice_at[j]
         state_j = jax.tree_util.tree_map(lambda x: x[j], states)
@@ -355,7 +368,8 @@ def _generate_speculative(step_fn, params, rows: _Rows, constraint, cache, key, 
 
     def body(carry):
         trip, pending, cache, states, drafts, out, done, finish, interventions, drafted, accepted, masks = carry
-        draft, usable, path, slots = jax.vmap(propose_row, in_axes=(tables, 0, 0, None, 0))(constraint, states, pending, drafts, rows.grammar)
+        draft, usable, forced, path, slots = jax.vmap(propose_row, in_axes=(tables, 0, 0, None, 0))(constraint, states, pending, drafts, rows.grammar)
+        forced = forced & jump_forward
         usable = jnp.where(free, 0, usable)
         positions = (rows.lengths - 1 + done)[:, None] + jnp.arange(k + 1)[None, :]
         inputs = jnp.concatenate([pending[:, None], draft], axis=1)
@@ -365,8 +379,8 @@ def _generate_speculative(step_fn, params, rows: _Rows, constraint, cache, key, 
             (jnp.asarray(widths) < need).sum(), [functools.partial(run_model, width) for width in widths], cache, inputs, positions
         )
         keys = jax.random.split(jax.random.fold_in(key, trip), batch)
-        emitted, j, reason, refused, state_j = jax.vmap(verify_row, in_axes=(tables, 0, 0, 0, 0, 0, 0, 0))(
-            constraint, path, free, draft, usable, logits, keys, rows.choice
+        emitted, j, reason, refused, state_j = jax.vmap(verify_row, in_axes=(tables, 0, 0, 0, 0, 0, 0, 0, 0))(
+            constraint, path, free, draft, usable, forced, logits, keys, rows.choice
         )
         running = finish == RUNNING
         left = max_new_tokens - done
