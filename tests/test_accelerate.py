@@ -143,14 +143,15 @@ def test_a_forced_token_keeps_every_continuation_of_the_tokens_it_cuts(name):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_jump_forward_emits_forced_tokens_unasked_and_its_outputs_stay_valid(seed):
+@pytest.mark.parametrize("sampling", [GREEDY, HOT], ids=["greedy", "hot"])
+def test_jump_forward_emits_forced_tokens_unasked_and_its_outputs_stay_valid(seed, sampling):
     """The random model rarely takes a forced key itself; jump-forward emits it anyway, in fewer
     model calls than plain decoding, and every finished row is valid JSON of the schema."""
     jsonschema = pytest.importorskip("jsonschema")
     cg = CONSTRAINTS["schema"]()
     drafts = aj.draft_tables(cg, VOCAB)
-    options = {"batch": 4, "new": 48, "sampling": GREEDY, "seed": seed, "drafts": drafts}
-    plain = _generate(cg, batch=4, new=48, sampling=GREEDY, seed=seed)
+    options = {"batch": 4, "new": 48, "sampling": sampling, "seed": seed, "drafts": drafts}
+    plain = _generate(cg, batch=4, new=48, sampling=sampling, seed=seed)
     speculative = _generate(cg, acceleration="speculative", **options)
     jump = _generate(cg, acceleration="jump_forward", **options)
     assert int(np.asarray(jump.stats["accepted"]).sum()) > int(np.asarray(speculative.stats["accepted"]).sum())
