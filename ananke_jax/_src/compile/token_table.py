@@ -75,8 +75,11 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray, known: tuple[np.ndar
         parts.append((known[1], known[2].shape[1]))
     key, bound = 0, 1
     for of_token, num_classes in parts:
-        values, key = _dense_unique(key * (num_classes + 1) + of_token + 1, bound * (num_classes + 1))
-        bound = len(values)
+        if bound > 1 and bound * (num_classes + 1) > 4 * len(of_token):  # renumber before marking gets costly
+            values, key = _dense_unique(key, bound)
+            bound = len(values)
+        key, bound = key * (num_classes + 1) + of_token + 1, bound * (num_classes + 1)
+    values, key = _dense_unique(key, bound)
     dead = int(values[0] == 0)
     classes = key - dead
     member = np.empty(len(values), np.int64)  # a string of each class
