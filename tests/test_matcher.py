@@ -223,6 +223,29 @@ def test_fill_bitmasks_equals_per_matcher_fills(sentencepiece_vocab):
     assert np.array_equal(_fill(matchers[2], vocab), np.asarray(_mask(gbnf, matchers[2].state)).view(np.int32))
 
 
+def test_a_regular_grammar_is_matched_on_the_host_without_device_calls(sentencepiece_vocab, monkeypatch):
+    """Masks, steps, string splits, completion and batched fills of a regex or a regular schema
+    read numpy tables (their values are checked against the pure functions above)."""
+    from ananke_jax._src import matcher as matcher_module
+
+    def device_call(*args):
+        raise AssertionError("a jitted call for a regular grammar")
+
+    for name in ("_token_mask", "_batch_token_mask", "_advance", "_accepts"):
+        monkeypatch.setattr(matcher_module, name, device_call)
+    vocab = sentencepiece_vocab
+    for kind in ("regex", "json_schema"):
+        text = KINDS[kind][1][0]
+        matcher = _string_fed(_constraint(kind, vocab), vocab, text[:-4])
+        assert not matcher.is_completed()
+        out = aj.allocate_token_bitmask(2, vocab.logits_width)
+        aj.fill_bitmasks([matcher], out)
+        assert matcher.accept_string(text[-4:]) and matcher.is_completed()
+        assert matcher.accept_token(vocab.eos_token_ids[0]) and matcher.is_terminated()
+        matcher.rollback(2)
+        assert np.array_equal(_fill(matcher, vocab), out[0])
+
+
 def test_fill_bitmasks_refuses_mixed_widths_and_short_bitmasks(sentencepiece_vocab, tekken_vocab):
     small = aj.Matcher(_constraint("regex", sentencepiece_vocab), sentencepiece_vocab)
     large = aj.Matcher(_constraint("regex", tekken_vocab), tekken_vocab)

@@ -5,7 +5,9 @@ object holding one sequence's constraint state, which fills packed ``int32`` bit
 layout (bit j of word i allows token ``32 * i + j``; ``W = ceil(logits_width / 32)`` words per
 row) and accepts the tokens the server samples. It is a thin shell over the pure run-time
 functions (`token_mask`, `advance`, `accepts`), jitted once at module level with the constraint
-as an argument: constraints of equal shapes share every compilation.
+as an argument: constraints of equal shapes share every compilation. A single regular grammar is
+stepped on the host instead, from numpy views of its tables: its mask is one row and its advance
+one lookup, a few microseconds against a device call's tens.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ananke_jax._src.compiled import CompiledGrammar, GrammarState
 from ananke_jax._src.runtime.constraint import accepts, advance, init_state, token_mask
 from ananke_jax._src.runtime.masks import apply_mask
 from ananke_jax._src.vocab import Vocabulary
@@ -46,6 +49,33 @@ def _token_index(vocab: Vocabulary) -> tuple[dict[bytes, tuple[int, ...]], int]:
         if data and token not in vocab.special_token_ids:
             index[data].append(token)
     return {k: tuple(v) for k, v in index.items()}, max(map(len, index), default=0)
+
+
+class _HostGrammar:
+    """A single regular grammar's tables as numpy arrays: `token_mask`, `advance` and `accepts`
+    on the host, with the same values as the pure functions."""
+
+    def __init__(self, cg: CompiledGrammar):
+        self.mask_rows, self.row_of_state = np.asarray(cg.mask_rows), np.asarray(cg.row_of_state)
+        self.next_state, self.class_of_token = np.asarray(cg.next_state), np.asarray(cg.class_of_token)
+        self.accepting = np.asarray(cg.accepting)
+
+    @staticmethod
+    def of(constraint) -> _HostGrammar | None:
+        """Host tables for a single (unstacked) `CompiledGrammar`, else None."""
+        if isinstance(constraint, CompiledGrammar) and constraint.next_state.ndim == 2:
+            return _HostGrammar(constraint)
+        return None
+
+    def token_mask(self, state: GrammarState) -> np.ndarray:
+        return self.mask_rows[self.row_of_state[state.node]]
+
+    def advance(self, state: GrammarState, token: int) -> GrammarState:
+        """The state after ``token``, an id in ``[0, logits_width)``."""
+        return GrammarState(node=self.next_state[state.node, self.class_of_token[token]])
+
+    def accepts(self, state: GrammarState) -> bool:
+        return bool(self.accepting[state.node])
 
 
 def _state_key(state) -> tuple[bytes, ...]:
@@ -100,6 +130,7 @@ class Matcher:
         self._vocab = vocab
         self._words = _words(vocab.logits_width)
         self._eos = frozenset(vocab.eos_token_ids)
+        self._host = _HostGrammar.of(constraint)
         self._init = init_state(constraint)
         shape = jax.eval_shape(token_mask, constraint, self._init).shape
         if shape != (self._words,):
@@ -107,6 +138,8 @@ class Matcher:
                 f"the constraint's masks have shape {shape} but the vocabulary's logits width "
                 f"{vocab.logits_width} needs ({self._words},): compiled for another vocabulary?"
             )
+        if self._host is not None:
+            self._init = jax.tree_util.tree_map(np.asarray, self._init)
         self._history: collections.deque = collections.deque(maxlen=max_rollback)
         self.reset()
 
@@ -125,7 +158,14 @@ class Matcher:
         self._history.clear()
 
     def _mask_of(self, state) -> np.ndarray:
+        if self._host is not None:
+            return self._host.token_mask(state)
         return np.asarray(_token_mask(self._constraint, state))
+
+    def _advance(self, state, token: int):
+        if self._host is not None:
+            return self._host.advance(state, token)
+        return _advance(self._constraint, state, token)
 
     def _current_mask(self) -> np.ndarray:
         """uint32[W], the mask of the current state (computed once per state)."""
@@ -174,7 +214,7 @@ class Matcher:
             )
         if self._terminated or not _bit(self._current_mask(), token):
             return False
-        self._push(_advance(self._constraint, self._state, token), terminated=token in self._eos)
+        self._push(self._advance(self._state, token), terminated=token in self._eos)
         return True
 
     def accept_string(self, text: str | bytes) -> bool:
@@ -220,7 +260,7 @@ class Matcher:
                 frames.pop()
                 continue
             token, end = step
-            after = _advance(self._constraint, state, token)
+            after = self._advance(state, token)
             if end == len(data):
                 return after
             if (end, _state_key(after)) not in failed:
@@ -249,6 +289,8 @@ class Matcher:
 
     def is_completed(self) -> bool:
         """The output so far is in the language (the pure `accepts`: EOS is allowed now)."""
+        if self._host is not None:
+            return self._host.accepts(self._state)
         return bool(_accepts(self._constraint, self._state))
 
 
@@ -256,7 +298,8 @@ def fill_bitmasks(matchers: Sequence[Matcher], out: np.ndarray) -> None:
     """Fill row i of ``out`` for ``matchers[i]``, as each matcher's `fill_next_token_bitmask`.
 
     Matchers sharing one constraint object go through one vmapped jitted call on their stacked
-    states; the group is padded to a power of two so that batch sizes share compilations.
+    states (the group padded to a power of two so that batch sizes share compilations); those
+    of a single regular grammar copy their rows on the host.
 
     Args:
       matchers: matchers over vocabularies of one logits width.
@@ -276,7 +319,10 @@ def fill_bitmasks(matchers: Sequence[Matcher], out: np.ndarray) -> None:
         raise ValueError(f"the bitmask has shape {out.shape}, expected at least {len(matchers)} rows")
     groups: dict[int, list[int]] = collections.defaultdict(list)
     for i, m in enumerate(matchers):
-        groups[id(m.constraint)].append(i)
+        if m._host is not None:
+            rows[i] = m._current_mask().view(np.int32)
+        else:
+            groups[id(m.constraint)].append(i)
     for members in groups.values():
         states = [matchers[i].state for i in members]
         states += states[:1] * ((1 << (len(states) - 1).bit_length()) - len(states))
