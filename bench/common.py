@@ -107,6 +107,12 @@ def matcher_per_call(cg, vocab: aj.Vocabulary, tokens: list[int]) -> list[float]
     matcher.fill_next_token_bitmask(bitmask)  # compiles the jitted calls of non-host constraints
     assert matcher.accept_token(tokens[0])
     matcher.reset()
+    return matcher_walk(matcher, bitmask, tokens)
+
+
+def matcher_walk(matcher, bitmask, tokens: list[int]) -> list[float]:
+    """Seconds per token of ``matcher.fill_next_token_bitmask(bitmask)`` + ``accept_token``
+    along the walk (ours or XGrammar's matcher: they share these two methods)."""
     per_call = []
     for token in tokens:
         start = time.perf_counter()
@@ -144,14 +150,7 @@ def xgrammar_walk(compiled, vocab: aj.Vocabulary, tokens: list[int]) -> list[flo
 
     bitmask = xgr.allocate_token_bitmask(1, vocab.logits_width)
     xgr.GrammarMatcher(compiled).fill_next_token_bitmask(bitmask)  # warm up
-    matcher = xgr.GrammarMatcher(compiled)
-    per_call = []
-    for token in tokens:
-        start = time.perf_counter()
-        matcher.fill_next_token_bitmask(bitmask)
-        assert matcher.accept_token(token), f"token {token} refused"
-        per_call.append(time.perf_counter() - start)
-    return per_call
+    return matcher_walk(xgr.GrammarMatcher(compiled), bitmask, tokens)
 
 
 class _Tokens:
