@@ -25,7 +25,7 @@ from ananke_jax._src.json_schema import numbers
 from ananke_jax._src.json_schema.api import json_schema_rules
 from ananke_jax._src.json_schema.assemble import inline
 from ananke_jax._src.compile.token_table import token_columns
-from ananke_jax._src.compile.token_trie import vocabulary_trie
+from ananke_jax._src.compile.token_trie import single_group, vocabulary_trie
 from ananke_jax._src.compile.unit_loops import expand_unit_loops, loop_columns
 from ananke_jax._src.json_schema import strings
 from ananke_jax._src.json_schema.gaps import expand_gaps, with_bounded_gaps
@@ -208,10 +208,11 @@ def test_loop_columns_are_the_columns_of_the_vocabulary_walk(real_vocab):
         if loops is None:
             continue
         looped += 1
-        walked_class, walked = token_columns(trie, dfa.transitions)
-        known = loop_columns(loops, dfa.transitions, vocab)
-        assert known[2].shape[0] == len(known[0]) and len(known[0]) > 0
-        looped_class, columns = token_columns(trie, dfa.transitions, known)
+        walk = token_columns(trie, dfa.transitions, single_group(vocab))
+        rows, groups, of_group, known_columns = loop_columns(loops, dfa.transitions, vocab)
+        assert known_columns.shape[0] == len(rows) > 0
+        by_loops = token_columns(trie, dfa.transitions, groups, (rows, of_group, known_columns))
+        walked_class, walked, looped_class, columns = walk.of_string(), walk.columns, by_loops.of_string(), by_loops.columns
         assert np.array_equal(walked_class < 0, looped_class < 0)
         # One class for one class: the pairs of class ids are as many as the classes.
         pairs = np.unique(np.stack([walked_class, looped_class])[:, walked_class >= 0], axis=1)

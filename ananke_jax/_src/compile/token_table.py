@@ -15,7 +15,7 @@ import numpy as np
 
 from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, pack_bits, run_starts, unique_first_inverse
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, row_groups
-from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes, ordinary_token_ids, vocabulary_trie
+from ananke_jax._src.compile.token_trie import TokenGroups, TokenTrie, classes_of_hashes, ordinary_token_ids, single_group, vocabulary_trie
 from ananke_jax._src.compile.unit_loops import UnitLoops, loop_columns
 from ananke_jax._src.vocab import Vocabulary
 
@@ -28,8 +28,40 @@ _MAX_PAIRS = 1 << 22
 _NARROW_LEVEL = 16
 
 
-def token_columns(trie: TokenTrie, transitions: np.ndarray, known: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Group the strings of a trie by their column: the state after the string, from each state.
+@dataclasses.dataclass(frozen=True)
+class StringClasses:
+    """The classes of the strings of a trie (strings whose columns agree) and their columns.
+
+    A string dead from every walked state takes its group's class; the few strings alive from
+    one are listed apart.
+
+    Attributes:
+      groups: the `TokenGroups` of the strings.
+      of_group: int64[G], the class of a group's strings dead from every walked state (-1: dead
+        from every state, or the group has no such string).
+      remaining: int64[G], the number of those strings in each group.
+      walked: int64[E], the strings alive from some walked state, ascending.
+      of_walked: int64[E], their classes.
+      columns: int32[S, C], the column of each class.
+    """
+
+    groups: TokenGroups
+    of_group: np.ndarray
+    remaining: np.ndarray
+    walked: np.ndarray
+    of_walked: np.ndarray
+    columns: np.ndarray
+
+    def of_string(self) -> np.ndarray:
+        """int64[N], the class of each string in the order of the trie's ``token_ids`` (-1: dead
+        from every state)."""
+        classes = self.of_group[self.groups.of_string]
+        classes[self.walked] = self.of_walked
+        return classes
+
+
+def token_columns(trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups, known: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> StringClasses:
+    """Class the strings of a trie by their column: the state after the string, from each state.
 
     The walk goes level by level over the live nodes only, and computes each distinct function
     once: a child's function is its parent's followed by one symbol, so children whose parents
@@ -39,22 +71,23 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray, known: tuple[np.ndar
     into the final classes). A function is kept as its live (start state, state) pairs, and
     functions are told apart by random linear hashes of those pairs.
 
+    Few strings live from the walked states: the others are classed by group, so that no step
+    goes over the whole vocabulary.
+
     Args:
       trie: a `TokenTrie` over the alphabet of ``transitions``.
       transitions: int32[S, A] (state 0 dead and absorbing).
+      groups: `TokenGroups` of the strings whose members have equal columns in the ``known``
+        rows.
       known: the columns of some states found otherwise, which the walk skips: int64[R] states,
-        int64[N] the class of each string from them (-1: dead from all), int32[R, C'] the column
+        int64[G] the class of each group from them (-1: dead from all), int32[R, C'] the column
         of each class (`unit_loops.loop_columns`).
-
-    Returns:
-      int64[N], the class of each string in the order of ``trie.token_ids`` (-1: dead from every
-      state), and int32[S, C], the column of each class.
     """
     multipliers = hash_multipliers(len(transitions))
     # Symbols that act alike in every state make equal steps: the walk steps by symbol class.
     symbol_class, first_symbol = byte_classes(transitions)
     class_transitions = transitions[:, first_symbol]
-    walks = []  # per walk of some start states: (function class of each string, its functions)
+    walks = []  # per walk of some start states: its live strings, their function classes, the functions
     unknown = np.arange(len(transitions)) > 0  # every state but the dead one, less the known rows
     if known is not None:
         unknown[known[0]] = False
@@ -66,39 +99,54 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray, known: tuple[np.ndar
             pending += [starts[: len(starts) // 2], starts[len(starts) // 2 :]]
             continue
         function_class, representatives = classes_of_hashes(functions.hashes)
-        # A dead node's function, -1, picks the appended -1.
-        walks.append((np.append(function_class, -1)[functions.of_node[trie.token_nodes]], representatives, functions))
-    # A string's class is the tuple of its classes in the walks (and the known rows), numbered
-    # densely; the tuple of -1s (dead from every state), if any, is key 0 and comes first.
-    parts = [(of_token, len(representatives)) for of_token, representatives, _ in walks]
+        strings, string_function = _live_strings(trie, functions)
+        walks.append((strings, function_class[string_function], representatives, functions))
+    is_walked = np.zeros(len(trie.token_ids), bool)
+    for strings, *_ in walks:
+        is_walked[strings] = True
+    walked = np.flatnonzero(is_walked)
+    # Items to class: the groups less their walked strings (those left empty are dropped), then
+    # the walked strings. An item's class is the tuple of its classes in the walks (and the known
+    # rows), numbered densely; the tuple of -1s (dead from every state), if any, is key 0 and
+    # comes first.
+    remaining = np.diff(groups.offsets) - np.bincount(groups.of_string[walked], minlength=groups.num_groups)
+    kept = np.flatnonzero(remaining)
+    item = np.empty(len(is_walked), np.int64)  # of each walked string
+    item[walked] = len(kept) + np.arange(len(walked))
+    parts = []
+    for strings, string_class, representatives, _ in walks:
+        of_item = np.full(len(kept) + len(walked), -1, np.int64)
+        of_item[item[strings]] = string_class
+        parts.append((of_item, len(representatives)))
     if known is not None:
-        parts.append((known[1], known[2].shape[1]))
+        parts.append((np.concatenate([known[1][kept], known[1][groups.of_string[walked]]]), known[2].shape[1]))
     key, bound = 0, 1
-    for of_token, num_classes in parts:
-        if bound > 1 and bound * (num_classes + 1) > 4 * len(of_token):  # renumber before marking gets costly
+    for of_item, num_classes in parts:
+        if bound > 1 and bound * (num_classes + 1) > 4 * len(of_item):  # renumber before marking gets costly
             values, key = _dense_unique(key, bound)
             bound = len(values)
-        key, bound = key * (num_classes + 1) + of_token + 1, bound * (num_classes + 1)
+        key, bound = key * (num_classes + 1) + of_item + 1, bound * (num_classes + 1)
     values, key = _dense_unique(key, bound)
     dead = int(values[0] == 0)
     classes = key - dead
-    member = np.empty(len(values), np.int64)  # a string of each class
+    member = np.empty(len(values), np.int64)  # an item of each class
     member[key] = np.arange(len(key))
     member = member[dead:]
     columns = np.zeros((len(transitions), len(member)), np.int32)
-    for of_token, representatives, functions in walks:
-        function_class = of_token[member]
+    for (of_item, _), (*_, representatives, functions) in zip(parts, walks):
+        function_class = of_item[member]
         has = np.flatnonzero(function_class >= 0)
         function = representatives[function_class[has]]
         lengths = functions.offsets[function + 1] - functions.offsets[function]
         pairs = concatenated_ranges(functions.offsets[function], lengths)
         columns[functions.origin[pairs], np.repeat(has, lengths)] = functions.state[pairs]
     if known is not None:
-        rows, of_token, known_columns = known
-        known_class = of_token[member]
+        known_class = parts[-1][0][member]
         has = np.flatnonzero(known_class >= 0)
-        columns[np.ix_(rows, has)] = known_columns[:, known_class[has]]
-    return classes, columns
+        columns[np.ix_(known[0], has)] = known[2][:, known_class[has]]
+    of_group = np.full(groups.num_groups, -1, np.int64)
+    of_group[kept] = classes[: len(kept)]
+    return StringClasses(groups, of_group, remaining, walked, classes[len(kept) :], columns)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,13 +155,15 @@ class _LiveFunctions:
     string, from each), kept as their live (start state, state) pairs.
 
     Attributes:
-      of_node: int32[num_nodes], the function of each node (-1: dead from every start state).
+      nodes: int64[L], the nodes alive from some start state, ascending.
+      node_function: int64[L], the function of each.
       hashes: uint64[H, F], random linear hashes of each function's pairs.
       origin, state: int64[P]; the pairs of function f are at ``offsets[f]:offsets[f + 1]``.
       offsets: int64[F + 1].
     """
 
-    of_node: np.ndarray
+    nodes: np.ndarray
+    node_function: np.ndarray
     hashes: np.ndarray
     origin: np.ndarray
     state: np.ndarray
@@ -126,7 +176,7 @@ def _live_functions(trie: TokenTrie, transitions: np.ndarray, symbol_class: np.n
     level would hold more than `_MAX_PAIRS` pairs (never with one start state: a level has fewer
     nodes)."""
     flat, alphabet = transitions.reshape(-1), transitions.shape[1]
-    of_node, num_functions = np.full(trie.num_nodes, -1, np.int32), 0
+    num_functions, live_nodes, live_functions = 0, [], []
     hashes, origins, states, lengths_per_level = [], [], [], []
     # The live nodes of the current level, the function of each (an index into the level's
     # functions), and the functions as blocks of (start state, state) pairs.
@@ -178,7 +228,8 @@ def _live_functions(trie: TokenTrie, transitions: np.ndarray, symbol_class: np.n
         child_function = function_of_step[step_of_child]
         alive = child_function >= 0
         nodes, node_function = child[alive] + offset, child_function[alive]
-        of_node[nodes] = node_function + num_functions
+        live_nodes.append(nodes)
+        live_functions.append(node_function + num_functions)
         num_functions += len(lengths)
         hashes.append(step_hash)
         function_length = lengths
@@ -189,12 +240,24 @@ def _live_functions(trie: TokenTrie, transitions: np.ndarray, symbol_class: np.n
         offset += len(parents)
     none = np.zeros(0, np.int64)
     return _LiveFunctions(
-        of_node=of_node,
+        nodes=np.concatenate([none, *live_nodes]),
+        node_function=np.concatenate([none, *live_functions]),
         hashes=np.concatenate([np.zeros((len(multipliers), 0), np.uint64), *hashes], axis=1),
         origin=np.concatenate([none, *origins]),
         state=np.concatenate([none, *states]),
         offsets=np.concatenate([[0], np.cumsum(np.concatenate([none, *lengths_per_level]))]).astype(np.int64),
     )
+
+
+def _live_strings(trie: TokenTrie, functions: _LiveFunctions) -> tuple[np.ndarray, np.ndarray]:
+    """The strings that end at the live nodes, int64[E], and the function of each, int64[E]."""
+    first, others, other_nodes = trie.node_strings
+    string = first[functions.nodes]
+    ends = np.flatnonzero(string >= 0)
+    position = np.minimum(np.searchsorted(functions.nodes, other_nodes), len(functions.nodes) - 1)
+    live = np.flatnonzero(functions.nodes[position] == other_nodes) if len(functions.nodes) else np.zeros(0, np.int64)
+    strings = np.concatenate([string[ends], others[live]])
+    return strings, functions.node_function[np.concatenate([ends, position[live]])]
 
 
 def _run_lengths(starts: np.ndarray, total: int) -> np.ndarray:
@@ -269,6 +332,8 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary, loops: UnitLoops | None = None
     columns come out of a walk of the vocabulary's prefix tree that follows only live (node,
     state) pairs (`token_columns`); those of the states inside the unit ``loops`` of an automaton
     expanded by `unit_loops.expand_unit_loops`, from per-vocabulary outcomes (`loop_columns`).
+    Tokens with equal outcomes form per-vocabulary groups, so that outside the few tokens alive
+    from a walked state, classes are found and masks built group by group.
     """
     finished = dfa.num_states
     num_states = finished + 1
@@ -277,16 +342,23 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary, loops: UnitLoops | None = None
     transitions = np.vstack([dfa.transitions, np.full((1, dfa.transitions.shape[1]), DEAD, np.int32)])
 
     trie = vocabulary_trie(vocab)
-    known = None if loops is None else loop_columns(loops, transitions, vocab)
-    token_class, columns = token_columns(trie, transitions, known)
+    if loops is None:
+        groups, known = single_group(vocab), None
+    else:
+        rows, groups, of_group, known_columns = loop_columns(loops, transitions, vocab)
+        known = (rows, of_group, known_columns)
+    classes = token_columns(trie, transitions, groups, known)
     # Classes: those of the tokens alive from some state, then EOS, then the tokens never allowed.
-    eos_class, never_class = columns.shape[1], columns.shape[1] + 1
-    next_state = np.column_stack([columns, eos_target, np.full(num_states, DEAD, np.int32)])
-    class_of_token = np.full(vocab.logits_width, never_class, np.int32)
-    class_of_token[trie.token_ids] = np.where(token_class >= 0, token_class, never_class)
-    class_of_token[list(vocab.eos_token_ids)] = eos_class
-
-    mask_rows, row_of_state = packed_mask_rows(next_state != DEAD, class_of_token)
+    eos_class, never_class = classes.columns.shape[1], classes.columns.shape[1] + 1
+    next_state = np.column_stack([classes.columns, eos_target, np.full(num_states, DEAD, np.int32)])
+    class_of_group = np.append(np.where(classes.of_group >= 0, classes.of_group, never_class), never_class)
+    class_of_token = class_of_group[groups.of_id].astype(np.int32)
+    walked_ids = trie.token_ids[classes.walked]
+    eos_ids = np.asarray(vocab.eos_token_ids, np.int64)
+    class_of_token[walked_ids] = classes.of_walked
+    class_of_token[eos_ids] = eos_class
+    runs = _token_runs(classes, class_of_group[:-1], walked_ids, eos_ids)
+    mask_rows, row_of_state = packed_mask_rows(next_state != DEAD, class_of_token, runs)
     return TokenTables(
         mask_rows=mask_rows,
         row_of_state=row_of_state,
@@ -297,7 +369,40 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary, loops: UnitLoops | None = None
     )
 
 
-def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _token_runs(classes: StringClasses, class_of_group: np.ndarray, walked_ids: np.ndarray, eos_ids: np.ndarray) -> TokenRuns:
+    """The tokens in runs of one class: each group's strings dead from every walked state (of
+    class ``class_of_group``), the walked strings (ids ``walked_ids``) by class, and EOS (the class
+    after the strings')."""
+    groups, num_classes = classes.groups, classes.columns.shape[1]
+    kept = np.ones(len(groups.ids), bool)
+    kept[groups.position[classes.walked]] = False
+    by_class = _class_order(classes.of_walked, num_classes)
+    lengths = np.concatenate([classes.remaining, np.bincount(classes.of_walked, minlength=num_classes), [len(eos_ids)]])
+    return TokenRuns(
+        ids=np.concatenate([groups.ids[kept], walked_ids[by_class], eos_ids]),
+        starts=np.cumsum(lengths) - lengths,
+        lengths=lengths,
+        classes=np.concatenate([class_of_group, np.arange(num_classes + 1)]),
+    )
+
+
+def _class_order(class_of_token: np.ndarray, num_classes: int) -> np.ndarray:
+    """int64[V]: the tokens ordered by class, stably (a radix sort where classes fit 16 bits)."""
+    return np.argsort(class_of_token.astype(np.uint16) if num_classes <= 1 << 16 else class_of_token, kind="stable")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenRuns:
+    """Token ids in runs of one class each: run u is ``ids[starts[u]:starts[u] + lengths[u]]``,
+    of class ``classes[u]`` (int64 arrays). Tokens in no run are of classes never allowed."""
+
+    ids: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+    classes: np.ndarray
+
+
+def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray, runs: TokenRuns | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Deduplicated packed masks from bool[S, C] allowed classes.
 
     The distinct rows are put in lexicographic order, largest classes first, so that neighbours
@@ -306,12 +411,21 @@ def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[n
     the two rows differ flipped: one prefix XOR over the rows. When those flips outnumber the
     tokens of a dense build, the masks are built token by token instead.
 
+    Args:
+      allowed: bool[S, C].
+      class_of_token: int32[V].
+      runs: the tokens by class, where the caller has them (default: from ``class_of_token``).
+
     Returns:
       mask_rows uint32[R, ceil(V / 32)] (bit j of word i = token 32 * i + j) and int32[S], the
       row of each state.
     """
     num_tokens, num_classes = len(class_of_token), allowed.shape[1]
-    sizes = np.bincount(class_of_token, minlength=num_classes)
+    if runs is None:
+        sizes = np.bincount(class_of_token, minlength=num_classes)
+        ids = _class_order(class_of_token, num_classes)
+        runs = TokenRuns(ids, np.cumsum(sizes) - sizes, sizes, np.arange(num_classes))
+    sizes = np.bincount(runs.classes, runs.lengths, minlength=num_classes).astype(np.int64)
     # Rows are numbered in lexicographic order with the largest classes first.
     row_of_state = row_groups(allowed[:, np.argsort(-sizes, kind="stable")]).astype(np.int32)
     num_rows = int(row_of_state.max()) + 1
@@ -322,14 +436,18 @@ def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray) -> tuple[n
     flip_row, flip_class = np.nonzero(flips)
     if sizes[flip_class].sum() * _DENSE_ROWS_FACTOR > num_rows * num_tokens:
         return pack_bits(np.take(rows, class_of_token, axis=1)), row_of_state
-    tokens_by_class = np.argsort(class_of_token.astype(np.uint16) if num_classes <= 1 << 16 else class_of_token, kind="stable")  # a radix sort
-    tokens = tokens_by_class[concatenated_ranges(np.cumsum(sizes)[flip_class] - sizes[flip_class], sizes[flip_class])]
+    # The runs of each flip's class, then their tokens.
+    runs_of_class = np.bincount(runs.classes, minlength=num_classes)
+    first_run = np.cumsum(runs_of_class) - runs_of_class
+    flip_runs = np.argsort(runs.classes, kind="stable")[concatenated_ranges(first_run[flip_class], runs_of_class[flip_class])]
+    run_row = np.repeat(flip_row, runs_of_class[flip_class])
+    tokens = runs.ids[concatenated_ranges(runs.starts[flip_runs], runs.lengths[flip_runs])]
     num_words = -(-num_tokens // 32)
     # Flipped bits per (row, word): distinct bits, so their sum is their OR (`add.at` is fast for
     # uint32, and needs no float64 intermediate as `bincount` does).
     masks = np.zeros((num_rows, num_words), np.uint32)
     bits = np.left_shift(np.uint32(1), (tokens & 31).astype(np.uint32))
-    np.add.at(masks.reshape(-1), np.repeat(flip_row, sizes[flip_class]) * num_words + (tokens >> 5), bits)
+    np.add.at(masks.reshape(-1), np.repeat(run_row, runs.lengths[flip_runs]) * num_words + (tokens >> 5), bits)
     # A prefix XOR (ufunc.accumulate over axis 0 is ~20x slower), over 64-bit words where they fit.
     wide = masks.view(np.uint64) if num_words % 2 == 0 else masks
     for i in range(1, num_rows):

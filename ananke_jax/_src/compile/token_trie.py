@@ -7,7 +7,7 @@ import functools
 
 import numpy as np
 
-from ananke_jax._src.compile.arrays import concatenated_ranges, unique_first_inverse
+from ananke_jax._src.compile.arrays import concatenated_ranges, run_starts, unique_first_inverse
 from ananke_jax._src.vocab import Vocabulary
 
 
@@ -53,6 +53,53 @@ class TokenTrie:
     def num_nodes(self) -> int:
         return 1 + sum(len(p) for p in self.parents)
 
+    @functools.cached_property
+    def node_strings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The strings that end at each node: int64[num_nodes], the first of them (-1: none);
+        and the others (tokens spelled alike), int64[D] strings and int64[D] their nodes."""
+        order = np.argsort(self.token_nodes, kind="stable")
+        first = run_starts(self.token_nodes[order])
+        string = np.full(self.num_nodes, -1, np.int64)
+        string[self.token_nodes[order[first]]] = order[first]
+        others = order[~first]
+        return string, others, self.token_nodes[others].astype(np.int64)
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenGroups:
+    """A partition of the strings of a vocabulary trie, each group's token ids listed together.
+
+    Attributes:
+      of_string: int64[N], the group of each string (in the order of the trie's ``token_ids``).
+      of_id: int64[logits_width], the group of each token id (G for the ids of no string:
+        special tokens, padding).
+      ids: int64[N], the token ids of the strings ordered by group.
+      position: int64[N], where each string's token id is in ``ids``.
+      offsets: int64[G + 1]; the ids of group g are ``ids[offsets[g]:offsets[g + 1]]``.
+    """
+
+    of_string: np.ndarray
+    of_id: np.ndarray
+    ids: np.ndarray
+    position: np.ndarray
+    offsets: np.ndarray
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.offsets) - 1
+
+
+def token_groups(trie: TokenTrie, of_string: np.ndarray, logits_width: int) -> TokenGroups:
+    """The `TokenGroups` of the strings of ``trie``, int64[N] ``of_string`` the group of each."""
+    order = np.argsort(of_string, kind="stable")
+    position = np.empty(len(order), np.int64)
+    position[order] = np.arange(len(order))
+    num_groups = int(of_string.max(initial=-1)) + 1
+    of_id = np.full(logits_width, num_groups, np.int64)
+    of_id[trie.token_ids] = of_string
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(of_string, minlength=num_groups))])
+    return TokenGroups(of_string, of_id, trie.token_ids[order].astype(np.int64), position, offsets)
+
 
 @functools.lru_cache(maxsize=8)
 def ordinary_token_ids(vocab: Vocabulary) -> np.ndarray:
@@ -66,6 +113,13 @@ def vocabulary_trie(vocab: Vocabulary) -> TokenTrie:
     """The byte prefix tree of the ordinary tokens of ``vocab`` (ids are token ids), cached."""
     ids = ordinary_token_ids(vocab).tolist()
     return build_trie([vocab.tokens[i] for i in ids], ids)
+
+
+@functools.lru_cache(maxsize=8)
+def single_group(vocab: Vocabulary) -> TokenGroups:
+    """The ordinary tokens of ``vocab`` as one `TokenGroups` group, cached."""
+    trie = vocabulary_trie(vocab)
+    return token_groups(trie, np.zeros(len(trie.token_ids), np.int64), vocab.logits_width)
 
 
 def build_trie(tokens: list[bytes], ids: list[int]) -> TokenTrie:

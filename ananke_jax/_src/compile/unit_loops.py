@@ -21,7 +21,7 @@ import numpy as np
 
 from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, unique_first_inverse
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
-from ananke_jax._src.compile.token_trie import TokenTrie, build_trie, classes_of_hashes, vocabulary_trie, walk_tokens
+from ananke_jax._src.compile.token_trie import TokenGroups, TokenTrie, build_trie, classes_of_hashes, token_groups, vocabulary_trie, walk_tokens
 from ananke_jax._src.vocab import Vocabulary
 
 
@@ -119,12 +119,12 @@ def expand_unit_loops(dfa: ByteDFA, language: UnitLanguage) -> tuple[ByteDFA, Un
 class TokenOutcomes:
     """What each ordinary token does from each state of a unit language's automaton.
 
-    Tokens with the same outcomes from every unit state share a *signature*; the distinct outcomes
-    from each unit state are listed once, grouped by unit state.
+    Tokens with the same outcomes from every unit state form a group; the distinct outcomes from
+    each unit state are listed once, grouped by unit state.
 
     Attributes:
-      signature: int64[N], the signature of each string of the vocabulary trie (in its order).
-      outcome: int64[G, A], the outcome of each signature from each unit state.
+      groups: the `TokenGroups` of the strings of the vocabulary trie.
+      outcome: int64[G, A], the outcome of each group from each unit state.
       unit_state: int64[O], the unit state of each outcome (ascending).
       units: int64[O], the whole units read before the token ends or exits.
       ends: int64[O], the unit state the token ends at (DEAD when it exits or dies).
@@ -134,7 +134,7 @@ class TokenOutcomes:
       remainder_trie: the `TokenTrie` of the non-empty remainders.
     """
 
-    signature: np.ndarray
+    groups: TokenGroups
     outcome: np.ndarray
     unit_state: np.ndarray
     units: np.ndarray
@@ -182,9 +182,9 @@ def token_outcomes(vocab: Vocabulary, language: UnitLanguage) -> TokenOutcomes:
     _, first_token, outcome = unique_first_inverse((np.arange(units.num_states) * (int(code.max()) + 1) + code).ravel())
     outcome = outcome.reshape(code.shape)
     token, unit_state = np.divmod(first_token, units.num_states)
-    _, member, signature = unique_first_inverse(row_groups(outcome))
+    _, member, group = unique_first_inverse(row_groups(outcome))
     return TokenOutcomes(
-        signature=signature,
+        groups=token_groups(trie, group, vocab.logits_width),
         outcome=outcome[member],
         unit_state=unit_state,
         units=count[token, unit_state],
@@ -195,14 +195,15 @@ def token_outcomes(vocab: Vocabulary, language: UnitLanguage) -> TokenOutcomes:
     )
 
 
-def loop_columns(loops: UnitLoops, transitions: np.ndarray, vocab: Vocabulary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def loop_columns(loops: UnitLoops, transitions: np.ndarray, vocab: Vocabulary) -> tuple[np.ndarray, TokenGroups, np.ndarray, np.ndarray]:
     """The token columns of the states inside loops, from the vocabulary's `token_outcomes`.
 
     A token that reads ``u`` whole units from a state counting from boundary state ``b`` lands
     ``u`` units after ``b`` along its count chain (less one unit inside a unit, which the first
     unit completes), inside the next unit if it ends mid-unit, and after an exit at the state the
     remainder leads to from the exit byte's target. Each distinct outcome is evaluated once per
-    state of its unit state; signatures are grouped by random linear hashes of their columns.
+    state of its unit state; the groups of `token_outcomes` are classed by random linear hashes
+    of their columns.
 
     Args:
       loops: the automaton's `UnitLoops`.
@@ -211,8 +212,9 @@ def loop_columns(loops: UnitLoops, transitions: np.ndarray, vocab: Vocabulary) -
       vocab: the vocabulary.
 
     Returns:
-      int64[R], the states (`UnitLoops.rows`); int64[N], the class of each string of the
-      vocabulary trie (-1: dead from all of them); and int32[R, C], the column of each class.
+      int64[R], the states (`UnitLoops.rows`); the `TokenGroups` of `token_outcomes`; int64[G],
+      the class of each group (-1: dead from all of them); and int32[R, C], the column of each
+      class.
     """
     outcomes = token_outcomes(vocab, loops.language)
     rows, unit_state, base, behind = loops.rows
@@ -254,16 +256,16 @@ def loop_columns(loops: UnitLoops, transitions: np.ndarray, vocab: Vocabulary) -
     value = np.where(remainder >= 0, after[exit_target[landed], np.maximum(remainder, 0)], value)
     value[outcomes.dies[pair_outcome]] = DEAD
 
-    # A signature's hash: the sum over unit states of its outcome's hash over their rows.
+    # A group's hash: the sum over unit states of its outcome's hash over their rows.
     outcome_hash = np.zeros((2, len(group_length) + 1), np.uint64)
     grouped = np.flatnonzero(group_length)
     weighted = hash_multipliers(len(transitions) + 1)[:, rows[pair_row]] * value.astype(np.uint64)
     outcome_hash[:, grouped] = np.add.reduceat(weighted, group_start[grouped], axis=1)
     outcome_live = np.zeros(len(group_length) + 1, bool)
     outcome_live[pair_outcome[value != DEAD]] = True
-    signature_class, representative = classes_of_hashes(outcome_hash[:, outcomes.outcome].sum(axis=2))
+    group_class, representative = classes_of_hashes(outcome_hash[:, outcomes.outcome].sum(axis=2))
     live = outcome_live[outcomes.outcome[representative]].any(axis=1)
     class_of_class = np.where(live, np.cumsum(live) - 1, -1)
     chosen = outcomes.outcome[representative[live]][:, unit_state].T  # [R, C]
     columns = value[group_start[chosen] + position[:, None]]
-    return rows, class_of_class[signature_class][outcomes.signature], columns.astype(np.int32)
+    return rows, outcomes.groups, class_of_class[group_class], columns.astype(np.int32)
