@@ -97,8 +97,10 @@ def test_bitmasks_equal_the_pure_token_mask_along_random_walks(kind, real_vocab)
             assert filled.dtype == np.int32 and np.array_equal(filled.view(np.uint32), expected)
             assert matcher.is_completed() == bool(_accepts(cg, state))
             allowed = unpack(expected)
-            forbidden = int(rng.choice(ids[~allowed & (ids < vocab.logits_width)]))
-            assert not matcher.accept_token(forbidden)
+            refused = ids[~allowed & (ids < vocab.logits_width)]
+            special = np.asarray(sorted(vocab.special_token_ids))
+            for forbidden in [*rng.choice(refused, size=min(24, len(refused)), replace=False), *special[~allowed[special]]]:
+                assert not matcher.accept_token(int(forbidden))
             assert _same_state(matcher.state, state) and np.array_equal(_fill(matcher, vocab), filled)
             if matcher.is_terminated():
                 assert not allowed.any() or np.isin(ids[allowed], vocab.eos_token_ids).all()

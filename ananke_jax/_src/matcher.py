@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ananke_jax._src.compiled import CompiledGrammar, GrammarState
-from ananke_jax._src.runtime.constraint import accepts, advance, init_state, token_mask
+from ananke_jax._src.runtime.constraint import DEAD, accepts, advance, init_state, token_mask
 from ananke_jax._src.runtime.masks import apply_mask
 from ananke_jax._src.vocab import Vocabulary
 
@@ -73,6 +73,12 @@ class _HostGrammar:
     def advance(self, state: GrammarState, token: int) -> GrammarState:
         """The state after ``token``, an id in ``[0, logits_width)``."""
         return GrammarState(node=self.next_state[state.node, self.class_of_token[token]])
+
+    def step(self, state: GrammarState, token: int) -> GrammarState | None:
+        """`advance`, or None where the mask forbids ``token`` (forbidden tokens, and only they,
+        lead to the dead state)."""
+        node = self.next_state[state.node, self.class_of_token[token]]
+        return None if node == DEAD else GrammarState(node=node)
 
     def accepts(self, state: GrammarState) -> bool:
         return bool(self.accepting[state.node])
@@ -212,10 +218,18 @@ class Matcher:
             raise ValueError(
                 f"token id {token} is outside [0, {self._vocab.logits_width}) (the logits width)"
             )
-        if self._terminated or not _bit(self._current_mask(), token):
+        if self._terminated:
             return False
-        self._push(self._advance(self._state, token), terminated=token in self._eos)
+        state = self._host.step(self._state, token) if self._host is not None else self._jitted_step(token)
+        if state is None:
+            return False
+        self._push(state, terminated=token in self._eos)
         return True
+
+    def _jitted_step(self, token: int):
+        """The state after ``token`` by the jitted `advance`, or None where the current mask
+        forbids it."""
+        return _advance(self._constraint, self._state, token) if _bit(self._current_mask(), token) else None
 
     def accept_string(self, text: str | bytes) -> bool:
         """Advance by the bytes of ``text`` (UTF-8 for ``str``), as one rollback step.
