@@ -32,6 +32,14 @@ _advance = jax.jit(advance)
 _accepts = jax.jit(accepts)
 
 
+@jax.jit
+def _advance_and_mask(constraint, state, token):
+    """The state after ``token`` and its mask in one call: a step's work is small beside the
+    cost of launching a program (two calls cost about twice one)."""
+    after = advance(constraint, state, token)
+    return after, token_mask(constraint, after)
+
+
 def _words(width: int) -> int:
     return -(-width // 32)
 
@@ -115,7 +123,7 @@ class Matcher:
 
     Typical loop: ``fill_next_token_bitmask(bitmask)``, mask and sample on the device,
     ``accept_token(token)``; stop when ``is_terminated()``. The last mask is kept on the host,
-    so ``accept_token`` after a fill costs one jitted ``advance``.
+    so ``accept_token`` after a fill costs one jitted call, which also computes the next mask.
     """
 
     def __init__(self, constraint, vocab: Vocabulary, *, max_rollback: int = 16):
@@ -174,14 +182,15 @@ class Matcher:
         return _advance(self._constraint, state, token)
 
     def _current_mask(self) -> np.ndarray:
-        """uint32[W], the mask of the current state (computed once per state)."""
-        if self._mask is None:
-            self._mask = self._mask_of(self._state)
+        """uint32[W], the mask of the current state (computed once per state, on the device
+        by the step that reached it where there was one)."""
+        if not isinstance(self._mask, np.ndarray):
+            self._mask = self._mask_of(self._state) if self._mask is None else np.asarray(self._mask)
         return self._mask
 
-    def _push(self, state, *, terminated: bool = False) -> None:
+    def _push(self, state, mask=None, *, terminated: bool = False) -> None:
         self._history.append((self._state, self._terminated, self._mask))
-        self._state, self._terminated, self._mask = state, terminated, None
+        self._state, self._terminated, self._mask = state, terminated, mask
 
     def fill_next_token_bitmask(self, out: np.ndarray, index: int = 0) -> None:
         """Write the allowed next tokens into row ``index`` of ``out``; the state is unchanged.
@@ -220,16 +229,16 @@ class Matcher:
             )
         if self._terminated:
             return False
-        state = self._host.step(self._state, token) if self._host is not None else self._jitted_step(token)
+        if self._host is not None:
+            state, mask = self._host.step(self._state, token), None
+        elif _bit(self._current_mask(), token):
+            state, mask = _advance_and_mask(self._constraint, self._state, token)
+        else:
+            state = None
         if state is None:
             return False
-        self._push(state, terminated=token in self._eos)
+        self._push(state, mask, terminated=token in self._eos)
         return True
-
-    def _jitted_step(self, token: int):
-        """The state after ``token`` by the jitted `advance`, or None where the current mask
-        forbids it."""
-        return _advance(self._constraint, self._state, token) if _bit(self._current_mask(), token) else None
 
     def accept_string(self, text: str | bytes) -> bool:
         """Advance by the bytes of ``text`` (UTF-8 for ``str``), as one rollback step.
