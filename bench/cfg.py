@@ -3,7 +3,8 @@ with XGrammar and llguidance (when installed) on the same token walk.
 
 The walk is a tokenised example output of the JSON and C grammars in grammars/, with both real
 vocabularies. ananke_jax is timed the way it is used, inside one jitted `lax.scan` over the
-tokens, and also per call from the host; the peers are timed per call (their only mode).
+tokens, and also per call from the host through `aj.Matcher` (fill the bitmask, accept the
+token), as a server with its own loop would; the peers are timed per call (their only mode).
 Our scans and llguidance's walks are taken in turn, and their medians compared.
 
     pip install torch==2.13.0 && pip install xgrammar llguidance   # optional peers
@@ -20,7 +21,7 @@ import numpy as np
 
 _HERE = __file__.rsplit("/", 1)[0]
 sys.path[:0] = [_HERE, f"{_HERE}/../tests"]
-from common import encoders, llguidance_tokenizer, llguidance_walk, load_vocabularies, machine, ours_per_call, ours_scan, summary, xgrammar_info, xgrammar_walk  # noqa: E402
+from common import encoders, llguidance_tokenizer, llguidance_walk, load_vocabularies, machine, matcher_per_call, ours_scan, summary, xgrammar_info, xgrammar_walk  # noqa: E402
 from test_frontends import GRAMMAR_EXAMPLES  # noqa: E402
 
 import ananke_jax as aj  # noqa: E402
@@ -81,7 +82,7 @@ def main():
                     peer_calls = llguidance_walk(matcher(), width, tokens)
                     peer.append(statistics.mean(peer_calls))
             print(f"{'ananke_jax scan':>18}: {statistics.median(ours) * 1e6:8.1f} us/token (mask + advance, one jitted lax.scan; median of {REPEATS})")
-            print(f"{'ananke_jax call':>18}: {summary(ours_per_call(cg, tokens))}   compile {compile_s:.2f} s, tables {cg.table_bytes / 1e6:.1f} MB")
+            print(f"{'ananke_jax call':>18}: {summary(matcher_per_call(cg, vocab, tokens))}   compile {compile_s:.2f} s, tables {cg.table_bytes / 1e6:.1f} MB")
             if matcher is None:
                 print(f"{'llguidance':>18}: not installed")
             else:

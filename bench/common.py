@@ -85,21 +85,6 @@ def ours_scan(cg, tokens: list[int], repeat: int = 1):
     return run
 
 
-def ours_per_call(cg, tokens: list[int]) -> list[float]:
-    """The seconds of each token's jitted mask and advance called from the host, along the walk."""
-    mask, advance = jax.jit(aj.token_mask), jax.jit(aj.advance)
-    state = cg.init_state()
-    mask(cg, state).block_until_ready()
-    jax.block_until_ready(advance(cg, state, tokens[0]))  # compile both before timing
-    per_call = []
-    for token in tokens:
-        start = time.perf_counter()
-        mask(cg, state).block_until_ready()
-        state = jax.block_until_ready(advance(cg, state, token))
-        per_call.append(time.perf_counter() - start)
-    return per_call
-
-
 def matcher_per_call(cg, vocab: aj.Vocabulary, tokens: list[int]) -> list[float]:
     """The seconds of each token's `aj.Matcher` fill_next_token_bitmask + accept_token along the
     walk: what a server with its own decode loop calls, as the peers' walks do."""
