@@ -24,6 +24,7 @@ from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.json_schema import numbers
 from ananke_jax._src.json_schema.api import json_schema_rules
 from ananke_jax._src.json_schema.assemble import inline
+from ananke_jax._src.compile import token_table
 from ananke_jax._src.compile.token_table import token_columns
 from ananke_jax._src.compile.token_trie import single_group, vocabulary_trie
 from ananke_jax._src.compile.unit_loops import expand_unit_loops, loop_columns
@@ -195,6 +196,28 @@ def test_placeholder_units_give_the_minimal_automaton_of_string_characters(name)
     dfa, _ = _unit_loops(schema)
     assert dfa.num_states == spelled.num_states
     assert rx.difference(dfa, spelled).start == 0 and rx.difference(spelled, dfa).start == 0
+
+
+def test_grouped_tables_do_not_depend_on_how_the_walk_is_split_or_rows_are_built(real_vocab, monkeypatch):
+    """With string loops, tokens are classed by group and the walked ones apart, and mask bits
+    laid by runs of a class: the walk split into single start states, and masks built as flips
+    of those runs or token by token, give the same token partition, columns and masks."""
+    _, vocab, _ = real_vocab
+
+    def tables():
+        cg = aj.compile_json_schema(REGULAR["weather_call"], vocab)
+        class_of_token, next_state = np.asarray(cg.class_of_token), np.asarray(cg.next_state)
+        return class_of_token, next_state, np.asarray(cg.mask_rows)[np.asarray(cg.row_of_state)]
+
+    default_classes, default_next, default_masks = tables()
+    _, first = np.unique(default_classes, return_index=True)  # a token of each class
+    monkeypatch.setattr(token_table, "_MAX_PAIRS", 1)
+    for factor in (0, 1 << 30):  # as flips; token by token
+        monkeypatch.setattr(token_table, "_DENSE_ROWS_FACTOR", factor)
+        classes, next_state, masks = tables()
+        assert len(np.unique(np.stack([classes, default_classes]), axis=1)[0]) == len(first)  # one class for one class
+        np.testing.assert_array_equal(next_state[:, classes[first]], default_next[:, default_classes[first]])
+        np.testing.assert_array_equal(masks, default_masks)
 
 
 def test_loop_columns_are_the_columns_of_the_vocabulary_walk(real_vocab):

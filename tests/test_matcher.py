@@ -233,7 +233,7 @@ def test_a_regular_grammar_is_matched_on_the_host_without_device_calls(sentencep
     def device_call(*args):
         raise AssertionError("a jitted call for a regular grammar")
 
-    for name in ("_token_mask", "_batch_token_mask", "_advance", "_accepts"):
+    for name in ("_token_mask", "_batch_token_mask", "_advance", "_advance_and_mask", "_accepts"):
         monkeypatch.setattr(matcher_module, name, device_call)
     vocab = sentencepiece_vocab
     for kind in ("regex", "json_schema"):

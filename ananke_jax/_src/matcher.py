@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ananke_jax._src.compiled import CompiledGrammar, GrammarState
-from ananke_jax._src.runtime.constraint import DEAD, accepts, advance, init_state, token_mask
+from ananke_jax._src.runtime.constraint import accepts, advance, init_state, token_mask
 from ananke_jax._src.runtime.masks import apply_mask
 from ananke_jax._src.vocab import Vocabulary
 
@@ -82,12 +82,6 @@ class _HostGrammar:
         """The state after ``token``, an id in ``[0, logits_width)``."""
         return GrammarState(node=self.next_state[state.node, self.class_of_token[token]])
 
-    def step(self, state: GrammarState, token: int) -> GrammarState | None:
-        """`advance`, or None where the mask forbids ``token`` (forbidden tokens, and only they,
-        lead to the dead state)."""
-        node = self.next_state[state.node, self.class_of_token[token]]
-        return None if node == DEAD else GrammarState(node=node)
-
     def accepts(self, state: GrammarState) -> bool:
         return bool(self.accepting[state.node])
 
@@ -123,7 +117,8 @@ class Matcher:
 
     Typical loop: ``fill_next_token_bitmask(bitmask)``, mask and sample on the device,
     ``accept_token(token)``; stop when ``is_terminated()``. The last mask is kept on the host,
-    so ``accept_token`` after a fill costs one jitted call, which also computes the next mask.
+    so ``accept_token`` after a fill costs one jitted call, which also computes the next mask
+    (none for a single regular grammar, stepped on the host).
     """
 
     def __init__(self, constraint, vocab: Vocabulary, *, max_rollback: int = 16):
@@ -227,16 +222,12 @@ class Matcher:
             raise ValueError(
                 f"token id {token} is outside [0, {self._vocab.logits_width}) (the logits width)"
             )
-        if self._terminated:
+        if self._terminated or not _bit(self._current_mask(), token):
             return False
         if self._host is not None:
-            state, mask = self._host.step(self._state, token), None
-        elif _bit(self._current_mask(), token):
-            state, mask = _advance_and_mask(self._constraint, self._state, token)
+            state, mask = self._host.advance(self._state, token), None
         else:
-            state = None
-        if state is None:
-            return False
+            state, mask = _advance_and_mask(self._constraint, self._state, token)
         self._push(state, mask, terminated=token in self._eos)
         return True
 
@@ -320,9 +311,10 @@ class Matcher:
 def fill_bitmasks(matchers: Sequence[Matcher], out: np.ndarray) -> None:
     """Fill row i of ``out`` for ``matchers[i]``, as each matcher's `fill_next_token_bitmask`.
 
-    Matchers sharing one constraint object go through one vmapped jitted call on their stacked
-    states (the group padded to a power of two so that batch sizes share compilations); those
-    of a single regular grammar copy their rows on the host.
+    Matchers whose mask is known (a single regular grammar's rows on the host, or the mask their
+    last `accept_token` computed) copy it; the others, sharing one constraint object, go through
+    one vmapped jitted call on their stacked states (the group padded to a power of two so that
+    batch sizes share compilations).
 
     Args:
       matchers: matchers over vocabularies of one logits width.
@@ -342,7 +334,7 @@ def fill_bitmasks(matchers: Sequence[Matcher], out: np.ndarray) -> None:
         raise ValueError(f"the bitmask has shape {out.shape}, expected at least {len(matchers)} rows")
     groups: dict[int, list[int]] = collections.defaultdict(list)
     for i, m in enumerate(matchers):
-        if m._host is not None:
+        if m._host is not None or m._mask is not None:
             rows[i] = m._current_mask().view(np.int32)
         else:
             groups[id(m.constraint)].append(i)

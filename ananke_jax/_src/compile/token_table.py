@@ -71,8 +71,8 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups,
     into the final classes). A function is kept as its live (start state, state) pairs, and
     functions are told apart by random linear hashes of those pairs.
 
-    Few strings live from the walked states: the others are classed by group, so that no step
-    goes over the whole vocabulary.
+    Few strings live from the walked states: the others are classed by group, so that no walk
+    or sort goes over the whole vocabulary.
 
     Args:
       trie: a `TokenTrie` over the alphabet of ``transitions``.
@@ -82,6 +82,9 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups,
       known: the columns of some states found otherwise, which the walk skips: int64[R] states,
         int64[G] the class of each group from them (-1: dead from all), int32[R, C'] the column
         of each class (`unit_loops.loop_columns`).
+
+    Returns:
+      The `StringClasses`.
     """
     multipliers = hash_multipliers(len(transitions))
     # Symbols that act alike in every state make equal steps: the walk steps by symbol class.
@@ -414,7 +417,9 @@ def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray, runs: Toke
     Args:
       allowed: bool[S, C].
       class_of_token: int32[V].
-      runs: the tokens by class, where the caller has them (default: from ``class_of_token``).
+      runs: the tokens by class, where the caller has them (default: from ``class_of_token``);
+        they must agree with ``class_of_token`` and list each token of a class that some state
+        allows exactly once (a token listed twice would carry into its neighbour's bit).
 
     Returns:
       mask_rows uint32[R, ceil(V / 32)] (bit j of word i = token 32 * i + j) and int32[S], the

@@ -98,7 +98,10 @@ def token_groups(trie: TokenTrie, of_string: np.ndarray, logits_width: int) -> T
     of_id = np.full(logits_width, num_groups, np.int64)
     of_id[trie.token_ids] = of_string
     offsets = np.concatenate([[0], np.cumsum(np.bincount(of_string, minlength=num_groups))])
-    return TokenGroups(of_string, of_id, trie.token_ids[order].astype(np.int64), position, offsets)
+    groups = TokenGroups(of_string, of_id, trie.token_ids[order].astype(np.int64), position, offsets)
+    for array in vars(groups).values():  # cached per vocabulary: shared, so read-only
+        array.setflags(write=False)
+    return groups
 
 
 @functools.lru_cache(maxsize=8)
