@@ -444,7 +444,7 @@ def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray, runs: Toke
     # The runs of each flip's class, then their tokens.
     runs_of_class = np.bincount(runs.classes, minlength=num_classes)
     first_run = np.cumsum(runs_of_class) - runs_of_class
-    flip_runs = np.argsort(runs.classes, kind="stable")[concatenated_ranges(first_run[flip_class], runs_of_class[flip_class])]
+    flip_runs = _class_order(runs.classes, num_classes)[concatenated_ranges(first_run[flip_class], runs_of_class[flip_class])]
     run_row = np.repeat(flip_row, runs_of_class[flip_class])
     tokens = runs.ids[concatenated_ranges(runs.starts[flip_runs], runs.lengths[flip_runs])]
     num_words = -(-num_tokens // 32)
