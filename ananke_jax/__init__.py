@@ -1,4 +1,17 @@
-"""ananke_jax: grammars compiled to device tables, and a pure, jit-able constrained decode step."""
+"""ananke_jax: grammars compiled to device tables, and a pure, jit-able constrained decode step.
+
+The two engines a grammar compiles to:
+
+- `RegularGrammar` (regexes, choices, non-recursive JSON Schemas): a token DFA; a step is one
+  mask-row gather and one transition gather.
+- `PushdownGrammar` (GBNF, Lark, recursive JSON Schemas): a bounded-stack LR pushdown automaton.
+
+Both, and the composites of `ananke_jax.fusion`, run through the same pure functions:
+`init_state`, `token_mask`, `advance`, `accepts`, `is_error`, `masked_logits`,
+`constrained_step`. Reference models live in `ananke_jax.models`.
+"""
+
+import warnings as _warnings
 
 from ananke_jax import fusion as fusion
 from ananke_jax._src.bank import pad_grammar as pad_grammar
@@ -9,10 +22,10 @@ from ananke_jax._src.compile.context_free import compile_lark as compile_lark
 from ananke_jax._src.compile.regular import compile_choices as compile_choices
 from ananke_jax._src.compile.regular import compile_regex as compile_regex
 from ananke_jax._src.compile.regular import unconstrained as unconstrained
-from ananke_jax._src.compiled import CompiledGrammar as CompiledGrammar
-from ananke_jax._src.compiled import GrammarState as GrammarState
-from ananke_jax._src.compiled_cfg import CFGState as CFGState
-from ananke_jax._src.compiled_cfg import CompiledCFG as CompiledCFG
+from ananke_jax._src.compiled import RegularGrammar as RegularGrammar
+from ananke_jax._src.compiled import RegularState as RegularState
+from ananke_jax._src.compiled_cfg import PushdownGrammar as PushdownGrammar
+from ananke_jax._src.compiled_cfg import PushdownState as PushdownState
 from ananke_jax._src.drafts import DraftTables as DraftTables
 from ananke_jax._src.drafts import draft_tables as draft_tables
 from ananke_jax._src.errors import AnankeError as AnankeError
@@ -33,9 +46,7 @@ from ananke_jax._src.ir import Rule as Rule
 from ananke_jax._src.ir import TerminalDef as TerminalDef
 from ananke_jax._src.json_schema.api import compile_json_schema as compile_json_schema
 from ananke_jax._src.json_schema.api import json_schema_to_gbnf as json_schema_to_gbnf
-from ananke_jax._src.json_schema.api import (
-    json_schema_to_grammar as json_schema_to_grammar,
-)
+from ananke_jax._src.json_schema.api import json_schema_to_grammar as json_schema_to_grammar
 from ananke_jax._src.json_schema.api import json_schema_to_lark as json_schema_to_lark
 from ananke_jax._src.matcher import Matcher as Matcher
 from ananke_jax._src.matcher import allocate_token_bitmask as allocate_token_bitmask
@@ -58,3 +69,86 @@ from ananke_jax._src.serialize import save_constraint as save_constraint
 from ananke_jax._src.vocab import Vocabulary as Vocabulary
 
 __version__ = "0.1.0"
+
+__all__ = [
+    # vocabularies and compilation
+    "Vocabulary",
+    "compile_regex",
+    "compile_choices",
+    "compile_json_schema",
+    "compile_gbnf",
+    "compile_lark",
+    "compile_grammar",
+    "unconstrained",
+    "draft_tables",
+    # the engines' tables and states
+    "RegularGrammar",
+    "RegularState",
+    "PushdownGrammar",
+    "PushdownState",
+    "DraftTables",
+    # the pure run-time functions
+    "init_state",
+    "token_mask",
+    "advance",
+    "accepts",
+    "is_error",
+    "masked_logits",
+    "constrained_step",
+    "SamplingParams",
+    "sample",
+    "apply_mask",
+    "is_allowed",
+    "unpack_mask",
+    "allowed_tokens",
+    # batches of grammars
+    "pad_grammar",
+    "stack_grammars",
+    # generation
+    "generate",
+    "GenerationResult",
+    "ACCELERATIONS",
+    "FINISH_REASONS",
+    # host-driven serving loops
+    "Matcher",
+    "allocate_token_bitmask",
+    "apply_token_bitmask",
+    "fill_bitmasks",
+    # grammar IR and front ends, for inspection
+    "Grammar",
+    "Rule",
+    "TerminalDef",
+    "gbnf_to_ir",
+    "lark_to_ir",
+    "json_schema_to_grammar",
+    "json_schema_to_gbnf",
+    "json_schema_to_lark",
+    # files
+    "save_constraint",
+    "load_constraint",
+    # errors
+    "AnankeError",
+    "GrammarError",
+    "SchemaError",
+    "VocabularyError",
+    "FusionError",
+    "WeightsError",
+    # submodules
+    "fusion",
+]
+
+# Names that did not say which engine they belong to; kept so old code runs, with a warning.
+_DEPRECATED_ALIASES = {
+    "CompiledGrammar": "RegularGrammar",
+    "GrammarState": "RegularState",
+    "CompiledCFG": "PushdownGrammar",
+    "CFGState": "PushdownState",
+}
+
+
+def __getattr__(name: str):
+    if name in _DEPRECATED_ALIASES:
+        new = _DEPRECATED_ALIASES[name]
+        _warnings.warn(f"ananke_jax.{name} is deprecated; use ananke_jax.{new}", DeprecationWarning, stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module 'ananke_jax' has no attribute {name!r}")

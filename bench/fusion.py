@@ -28,7 +28,7 @@ TYPES_REGEX = r"[ -~]*"  # printable ASCII: another token DFA over the same outp
 PREFERRED_REGEX = r'\{"name": "(Ada|Alan) [A-Za-z ]*", "email": "[a-z0-9.]+@[a-z0-9]+\.org", "age": [1-9]\d\}'
 
 
-def fused_constraints(vocab: aj.Vocabulary) -> tuple[aj.CompiledGrammar, dict]:
+def fused_constraints(vocab: aj.Vocabulary) -> tuple[aj.RegularGrammar, dict]:
     """The plain Syntax grammar and the fused constraints built around it."""
     syntax = aj.compile_regex(STEP_REGEX, vocab)
     rng = np.random.default_rng(0)

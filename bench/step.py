@@ -26,7 +26,7 @@ STEP_REGEX = r'\{"name": "[A-Za-z ]{1,40}", "email": "[a-z0-9.]+@[a-z0-9]+\.[a-z
 LOGIT_BANK = 4  # distinct logit arrays cycled through, standing in for a model's output
 
 
-def scans(cg: aj.CompiledGrammar, batch: int, steps: int, params: aj.SamplingParams):
+def scans(cg: aj.RegularGrammar, batch: int, steps: int, params: aj.SamplingParams):
     """Two jitted functions: an unconstrained and a constrained 64-step sampling scan."""
     sample = jax.vmap(lambda logits, key: aj.sample(logits, key, params))
     step = jax.vmap(lambda s, logits, key: aj.constrained_step(cg, s, logits, key, params))

@@ -82,7 +82,7 @@ def test_forced_tokens_are_the_longest_tokens_every_allowed_token_agrees_with():
     text = [i for i in range(len(VOCAB)) if i not in VOCAB.eos_token_ids]
     checked = 0
     for state in np.flatnonzero(forced >= 0):
-        mask = np.asarray(aj.unpack_mask(aj.token_mask(cg, aj.GrammarState(jnp.int32(state))), VOCAB.logits_width))
+        mask = np.asarray(aj.unpack_mask(aj.token_mask(cg, aj.RegularState(jnp.int32(state))), VOCAB.logits_width))
         t = VOCAB.token_bytes(int(forced[state]))
         assert mask[forced[state]] and not bool(cg.accepting[state])
         for u in (VOCAB.token_bytes(i) for i in text if mask[i]):
@@ -173,14 +173,14 @@ def test_a_token_taken_where_a_token_was_forced_is_drafted_where_that_token_is_f
         states.setdefault(int(forced[state]), []).append(int(state))
 
     def others(f, state):  # the other tokens allowed where `f` is forced
-        mask = np.asarray(aj.unpack_mask(aj.token_mask(cg, aj.GrammarState(jnp.int32(state))), VOCAB.logits_width))
+        mask = np.asarray(aj.unpack_mask(aj.token_mask(cg, aj.RegularState(jnp.int32(state))), VOCAB.logits_width))
         return [int(t) for t in np.flatnonzero(mask) if t != f and t not in VOCAB.eos_token_ids]
 
     f, first, second, taken = next((f, a, b, others(f, b)[0]) for f, s in states.items() for a in s for b in s if a != b and others(f, b))
     eos = jnp.asarray(VOCAB.eos_token_ids, jnp.int32)
 
     def draft(tables, state):
-        drafts, usable, _, _, slots = propose(cg, aj.GrammarState(jnp.int32(state)), jnp.int32(0), tables, jnp.int32(0), eos, 1)
+        drafts, usable, _, _, slots = propose(cg, aj.RegularState(jnp.int32(state)), jnp.int32(0), tables, jnp.int32(0), eos, 1)
         return int(drafts[0]) if int(usable) else None, slots
 
     before, slots = draft(tables, first)

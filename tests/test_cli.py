@@ -67,7 +67,7 @@ def test_compile_then_inspect(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "compiled in" in run.stdout and out.is_file()
     shown = _cli("inspect", str(out))
-    assert shown.returncode == 0 and shown.stdout.startswith("CompiledGrammar(kind=regular") and "vocab_size=49152" in shown.stdout
+    assert shown.returncode == 0 and shown.stdout.startswith("RegularGrammar(kind=regular") and "vocab_size=49152" in shown.stdout
 
 
 @pytest.mark.parametrize(

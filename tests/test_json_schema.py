@@ -74,7 +74,7 @@ def test_regular_schemas_round_trip_through_a_bank_under_jit_vmap_and_scan(real_
     _, vocab, _ = real_vocab
     names = sorted(REGULAR)
     compiled = [aj.compile_json_schema(REGULAR[n], vocab) for n in names]
-    assert all(isinstance(cg, aj.CompiledGrammar) for cg in compiled)
+    assert all(isinstance(cg, aj.RegularGrammar) for cg in compiled)
     bank = aj.stack_grammars(compiled)
     run = jax.jit(jax.vmap(lambda cg, key: _generate(cg, vocab, key)))
     finished = {n: 0 for n in names}
@@ -92,7 +92,7 @@ def test_regular_schemas_round_trip_through_a_bank_under_jit_vmap_and_scan(real_
 def test_recursive_schemas_round_trip_through_the_pushdown_engine(name, real_vocab):
     _, vocab, _ = real_vocab
     cg = aj.compile_json_schema(RECURSIVE[name], vocab)
-    assert isinstance(cg, aj.CompiledCFG) and "pushdown" in repr(cg)
+    assert isinstance(cg, aj.PushdownGrammar) and "pushdown" in repr(cg)
     run = jax.jit(lambda key: _generate(cg, vocab, key))
     finished = 0
     for seed in range(3):
@@ -376,7 +376,7 @@ def test_unsupported_or_malformed_schemas_name_the_keyword_and_pointer(schema, k
 def test_relaxed_mode_warns_and_ignores(sentencepiece_vocab):
     with pytest.warns(UserWarning, match="uniqueItems"):
         cg = aj.compile_json_schema({"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True}, sentencepiece_vocab, strict=False)
-    assert isinstance(cg, aj.CompiledGrammar)
+    assert isinstance(cg, aj.RegularGrammar)
 
 
 def test_bad_input_is_refused_clearly(sentencepiece_vocab):

@@ -253,7 +253,7 @@ def test_a_bank_of_pushdown_grammars_runs_each_row_as_alone(sentencepiece_vocab)
         aj.compile_json_schema(TREE_SCHEMA, vocab),
         aj.compile_json_schema({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}, vocab, engine="pushdown"),
     ]
-    assert all(isinstance(g, aj.CompiledCFG) for g in grammars) and {g.stack_depth for g in grammars} == {64, 128}
+    assert all(isinstance(g, aj.PushdownGrammar) for g in grammars) and {g.stack_depth for g in grammars} == {64, 128}
     for g in grammars:
         start, count, node_chunk = chunk_layout(_trie_parents(g), g.lanes, g.node_parent.shape[1])
         np.testing.assert_array_equal(start, np.asarray(g.chunk_start)[:, : start.shape[1]])

@@ -82,7 +82,7 @@ def test_every_state_mask_matches_the_brute_force_walk(pattern, real_vocab):
     _, vocab, _ = real_vocab
     cg, dfa = _compiled(pattern, vocab)
     ref = _reference(pattern, vocab)
-    masks = jax.vmap(lambda node: aj.token_mask(cg, aj.GrammarState(node)))(jnp.arange(cg.num_states))
+    masks = jax.vmap(lambda node: aj.token_mask(cg, aj.RegularState(node)))(jnp.arange(cg.num_states))
     for node in range(dfa.num_states):
         np.testing.assert_array_equal(unpack(masks[node])[: vocab.logits_width], ref.allowed(node), err_msg=f"state {node}")
     finished = unpack(masks[dfa.num_states])

@@ -16,11 +16,11 @@ import numpy as np
 
 from ananke_jax._src.compile.cfg import EMPTY_SET
 from ananke_jax._src.compile.outcome_trie import NO_CHUNK, chunk_layout
-from ananke_jax._src.compiled import CompiledGrammar
-from ananke_jax._src.compiled_cfg import CompiledCFG
+from ananke_jax._src.compiled import RegularGrammar
+from ananke_jax._src.compiled_cfg import PushdownGrammar
 
 
-def pad_grammar(cg: CompiledGrammar, *, states: int, classes: int, rows: int) -> CompiledGrammar:
+def pad_grammar(cg: RegularGrammar, *, states: int, classes: int, rows: int) -> RegularGrammar:
     """Pad ``cg``'s tables to ``states`` states, ``classes`` token classes and ``rows`` mask rows.
 
     Raises:
@@ -32,7 +32,7 @@ def pad_grammar(cg: CompiledGrammar, *, states: int, classes: int, rows: int) ->
         if size < have[name]:
             raise ValueError(f"cannot pad a grammar with {have[name]} {name} to {size}")
     extra_states, extra_classes = states - cg.num_states, classes - cg.num_classes
-    return CompiledGrammar(
+    return RegularGrammar(
         mask_rows=jnp.pad(cg.mask_rows, ((0, rows - have["rows"]), (0, 0))),
         row_of_state=jnp.pad(cg.row_of_state, (0, extra_states)),  # unreachable: any row will do
         class_of_token=cg.class_of_token,
@@ -45,7 +45,7 @@ def pad_grammar(cg: CompiledGrammar, *, states: int, classes: int, rows: int) ->
     )
 
 
-# Each padded table of `CompiledCFG`: its axes (named, shared between tables) and the fill of new
+# Each padded table of `PushdownGrammar`: its axes (named, shared between tables) and the fill of new
 # entries. Fills make new entries inert: -1 is "no outcome / node / member", EMPTY_SET and 0 are
 # the empty outcome set and the error action. The trie's node axis "N" and chunks are laid out
 # again (`_pad_trie`), since the nodes per chunk (``lanes``) become the bank's largest.
@@ -74,14 +74,14 @@ _CFG_AXES = {
 }
 
 
-def _axis_sizes(cg: CompiledCFG) -> dict[str, int]:
+def _axis_sizes(cg: PushdownGrammar) -> dict[str, int]:
     sizes = {}
     for field, (axes, _) in _CFG_AXES.items():
         sizes.update(zip(axes, getattr(cg, field).shape))
     return sizes
 
 
-def _trie_parents(cg: CompiledCFG) -> list[np.ndarray]:
+def _trie_parents(cg: PushdownGrammar) -> list[np.ndarray]:
     """Each lexer state's trie nodes' parents. The last node (breadth first) is a leaf, and every
     leaf ends an outcome, a lookahead or a completion, so the highest node they name counts them."""
     named = np.concatenate(
@@ -97,7 +97,7 @@ def _pad_to(x, shape, fill) -> jax.Array:
     return jnp.asarray(np.pad(x, [(0, want - have) for have, want in zip(x.shape, shape)], constant_values=fill))
 
 
-def _pad_cfgs(grammars: Sequence[CompiledCFG]) -> list[CompiledCFG]:
+def _pad_cfgs(grammars: Sequence[PushdownGrammar]) -> list[PushdownGrammar]:
     """Pushdown grammars padded to common shapes and bounds: the bank's largest stack depth,
     configuration budget and trie lanes (larger bounds only refuse less)."""
     each = [_axis_sizes(g) for g in grammars]
@@ -125,7 +125,7 @@ def _pad_cfgs(grammars: Sequence[CompiledCFG]) -> list[CompiledCFG]:
     return padded
 
 
-def stack_grammars(grammars: Sequence[CompiledGrammar] | Sequence[CompiledCFG]):
+def stack_grammars(grammars: Sequence[RegularGrammar] | Sequence[PushdownGrammar]):
     """Pad grammars of one engine over one vocabulary to common shapes and stack them on a
     leading axis.
 
@@ -144,9 +144,9 @@ def stack_grammars(grammars: Sequence[CompiledGrammar] | Sequence[CompiledCFG]):
     if len(widths) > 1:
         raise ValueError(f"grammars were compiled for different vocabularies (vocab_size, logits_width): {sorted(widths)}")
     kinds = {type(g) for g in grammars}
-    if kinds == {CompiledCFG}:
+    if kinds == {PushdownGrammar}:
         padded = _pad_cfgs(grammars)
-    elif kinds == {CompiledGrammar}:
+    elif kinds == {RegularGrammar}:
         states = max(g.num_states for g in grammars)
         classes = max(g.num_classes for g in grammars)
         rows = max(g.mask_rows.shape[0] for g in grammars)

@@ -140,7 +140,7 @@ def _acceleration(requested: str, constraint) -> str:
     if constraint is None:
         return "none"
     if requested == "auto":
-        return "speculative" if isinstance(constraint, aj.CompiledGrammar) else "none"
+        return "speculative" if isinstance(constraint, aj.RegularGrammar) else "none"
     return requested
 
 

@@ -1,4 +1,4 @@
-"""`CompiledGrammar`: the immutable device tables a constraint runs on."""
+"""`RegularGrammar`: the immutable device tables a constraint runs on."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def table_bytes(tables) -> int:
     return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tables))
 
 
-class GrammarState(NamedTuple):
+class RegularState(NamedTuple):
     """The constraint state of one sequence: a `lax.scan` carry.
 
     Attributes:
@@ -25,7 +25,7 @@ class GrammarState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class CompiledGrammar:
+class RegularGrammar:
     """Token-level tables of a regular constraint, held as device arrays (a pytree).
 
     Only the sizes of the vocabulary are static: two grammars over one vocabulary whose tables
@@ -55,9 +55,9 @@ class CompiledGrammar:
     vocab_size: int
     logits_width: int
 
-    def init_state(self) -> GrammarState:
+    def init_state(self) -> RegularState:
         """The state before any token."""
-        return GrammarState(node=self.start_state)
+        return RegularState(node=self.start_state)
 
     @property
     def num_states(self) -> int:
@@ -77,14 +77,14 @@ class CompiledGrammar:
 
     def __repr__(self) -> str:
         return (
-            f"CompiledGrammar(kind=regular, states={self.num_states}, classes={self.num_classes}, "
+            f"RegularGrammar(kind=regular, states={self.num_states}, classes={self.num_classes}, "
             f"mask_rows={self.mask_rows.shape[0]}, vocab_size={self.vocab_size}, "
             f"logits_width={self.logits_width}, table_bytes={self.table_bytes:,})"
         )
 
 
 jax.tree_util.register_dataclass(
-    CompiledGrammar,
+    RegularGrammar,
     data_fields=[
         "mask_rows",
         "row_of_state",
@@ -98,7 +98,7 @@ jax.tree_util.register_dataclass(
 )
 
 
-def from_numpy(tables, *, vocab_size: int, logits_width: int, fallback_token: int) -> CompiledGrammar:
+def from_numpy(tables, *, vocab_size: int, logits_width: int, fallback_token: int) -> RegularGrammar:
     """Move host tables (a `TokenTables`) to the device, in one transfer."""
     host = {
         "mask_rows": np.asarray(tables.mask_rows, np.uint32),
@@ -109,4 +109,4 @@ def from_numpy(tables, *, vocab_size: int, logits_width: int, fallback_token: in
         "start_state": np.asarray(tables.start, np.int32),
         "fallback_token": np.asarray(fallback_token, np.int32),
     }
-    return CompiledGrammar(**jax.device_put(host), vocab_size=vocab_size, logits_width=logits_width)
+    return RegularGrammar(**jax.device_put(host), vocab_size=vocab_size, logits_width=logits_width)

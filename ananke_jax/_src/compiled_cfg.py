@@ -1,4 +1,4 @@
-"""`CompiledCFG`: the device tables of the bounded-stack pushdown engine, and its state."""
+"""`PushdownGrammar`: the device tables of the bounded-stack pushdown engine, and its state."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ananke_jax._src.compiled import table_bytes
 MAX_RULE_LENGTH = 1023  # the symbols of one alternative: the runtime packs them in 10 bits of an LR action
 
 
-class CFGState(NamedTuple):
+class PushdownState(NamedTuple):
     """The constraint state of one sequence under a context-free grammar (a `lax.scan` carry).
 
     Up to K parse configurations are kept, one per way the output so far can be lexed.
@@ -40,7 +40,7 @@ class CFGState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class CompiledCFG:
+class PushdownGrammar:
     """Token-level tables of a context-free grammar, held as device arrays (a pytree).
 
     Attributes (Q lexer states, S LR states, T LR terminal columns with the end of
@@ -111,7 +111,7 @@ class CompiledCFG:
     def table_bytes(self) -> int:
         return table_bytes(self)
 
-    def init_state(self) -> CFGState:
+    def init_state(self) -> PushdownState:
         from ananke_jax._src.runtime.pushdown import (
             cfg_init_state,  # the runtime imports this module
         )
@@ -120,7 +120,7 @@ class CompiledCFG:
 
     def __repr__(self) -> str:
         return (
-            f"CompiledCFG(kind=pushdown, lexer_states={self.class_set.shape[0]}, "
+            f"PushdownGrammar(kind=pushdown, lexer_states={self.class_set.shape[0]}, "
             f"lr_states={self.goto.shape[0]}, trie_nodes={self.node_parent.shape[1] - self.lanes}, "
             f"outcome_sets={self.set_members.shape[0]}, stack_depth={self.stack_depth}, "
             f"max_configs={self.max_configs}, vocab_size={self.vocab_size}, "
@@ -130,7 +130,7 @@ class CompiledCFG:
 
 _META = ["vocab_size", "logits_width", "stack_depth", "max_configs", "lanes"]
 jax.tree_util.register_dataclass(
-    CompiledCFG,
-    data_fields=[f.name for f in dataclasses.fields(CompiledCFG) if f.name not in _META],
+    PushdownGrammar,
+    data_fields=[f.name for f in dataclasses.fields(PushdownGrammar) if f.name not in _META],
     meta_fields=_META,
 )

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ananke_jax._src.compile.arrays import pack_bits
-from ananke_jax._src.compiled import CompiledGrammar
+from ananke_jax._src.compiled import RegularGrammar
 from ananke_jax._src.runtime.constraint import advance, token_allowed
 from ananke_jax._src.vocab import Vocabulary
 
@@ -57,13 +57,13 @@ def draft_tables(constraint=None, vocab: Vocabulary | None = None, *, slots: int
     """Draft tables for ``constraint``: forced tokens when it is a single regular grammar and
     ``vocab`` is given, and an empty vote table of ``slots`` entries."""
     forced = np.full(1, -1, np.int32)
-    if isinstance(constraint, CompiledGrammar) and vocab is not None and constraint.next_state.ndim == 2:
+    if isinstance(constraint, RegularGrammar) and vocab is not None and constraint.next_state.ndim == 2:
         forced = forced_tokens(constraint, vocab)
     empty = jnp.full((NUM_TABLES, slots), -1, jnp.int32)
     return DraftTables(forced=jnp.asarray(forced), candidate=empty, votes=jnp.zeros((NUM_TABLES, slots), jnp.int32))
 
 
-def forced_tokens(cg: CompiledGrammar, vocab: Vocabulary, max_bytes: int = MAX_FORCED_BYTES) -> np.ndarray:
+def forced_tokens(cg: RegularGrammar, vocab: Vocabulary, max_bytes: int = MAX_FORCED_BYTES) -> np.ndarray:
     """int32[S]: per state, the longest token that is a prefix of the bytes the grammar forces
     from there (-1 when no byte is forced, or no such token is allowed).
 

@@ -18,8 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ananke_jax._src.compiled import CompiledGrammar
-from ananke_jax._src.compiled_cfg import CompiledCFG
+from ananke_jax._src.compiled import RegularGrammar
+from ananke_jax._src.compiled_cfg import PushdownGrammar
 from ananke_jax._src.drafts import NUM_TABLES, DraftTables, draft_tables, propose, record
 from ananke_jax._src.runtime.constraint import (
     accepts,
@@ -82,7 +82,7 @@ def generate(
     step_fn: Callable,
     params: Any,
     prompt_tokens,
-    constraint: CompiledGrammar | CompiledCFG | None,
+    constraint: RegularGrammar | PushdownGrammar | None,
     *,
     cache: Any,
     max_new_tokens: int,
@@ -198,7 +198,7 @@ def _draws_without_mask(constraint, choices) -> bool:
     """Whether drawing from the unconstrained logits, then keeping an allowed token, gives the
     token that drawing from the masked logits gives (same noise): a plain grammar (no soft
     scores) and no filter that depends on the mask."""
-    return isinstance(constraint, (CompiledGrammar, CompiledCFG)) and not any(c.filters for c in choices)
+    return isinstance(constraint, (RegularGrammar, PushdownGrammar)) and not any(c.filters for c in choices)
 
 
 def _start(step_fn, params, rows: _Rows, constraint, cache, *, per_row):

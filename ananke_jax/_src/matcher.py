@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ananke_jax._src.compiled import CompiledGrammar, GrammarState
+from ananke_jax._src.compiled import RegularGrammar, RegularState
 from ananke_jax._src.runtime.constraint import accepts, advance, init_state, token_mask
 from ananke_jax._src.runtime.masks import apply_mask
 from ananke_jax._src.vocab import Vocabulary
@@ -63,26 +63,26 @@ class _HostGrammar:
     """A single regular grammar's tables as numpy arrays: `token_mask`, `advance` and `accepts`
     on the host, with the same values as the pure functions."""
 
-    def __init__(self, cg: CompiledGrammar):
+    def __init__(self, cg: RegularGrammar):
         self.mask_rows, self.row_of_state = np.asarray(cg.mask_rows), np.asarray(cg.row_of_state)
         self.next_state, self.class_of_token = np.asarray(cg.next_state), np.asarray(cg.class_of_token)
         self.accepting = np.asarray(cg.accepting)
 
     @staticmethod
     def of(constraint) -> _HostGrammar | None:
-        """Host tables for a single (unstacked) `CompiledGrammar`, else None."""
-        if isinstance(constraint, CompiledGrammar) and constraint.next_state.ndim == 2:
+        """Host tables for a single (unstacked) `RegularGrammar`, else None."""
+        if isinstance(constraint, RegularGrammar) and constraint.next_state.ndim == 2:
             return _HostGrammar(constraint)
         return None
 
-    def token_mask(self, state: GrammarState) -> np.ndarray:
+    def token_mask(self, state: RegularState) -> np.ndarray:
         return self.mask_rows[self.row_of_state[state.node]]
 
-    def advance(self, state: GrammarState, token: int) -> GrammarState:
+    def advance(self, state: RegularState, token: int) -> RegularState:
         """The state after ``token``, an id in ``[0, logits_width)``."""
-        return GrammarState(node=self.next_state[state.node, self.class_of_token[token]])
+        return RegularState(node=self.next_state[state.node, self.class_of_token[token]])
 
-    def accepts(self, state: GrammarState) -> bool:
+    def accepts(self, state: RegularState) -> bool:
         return bool(self.accepting[state.node])
 
 
@@ -125,7 +125,7 @@ class Matcher:
         """Start a matcher at the constraint's initial state.
 
         Args:
-          constraint: a compiled constraint (`CompiledGrammar`, `CompiledCFG` or a fused one).
+          constraint: a compiled constraint (`RegularGrammar`, `PushdownGrammar` or a fused one).
           vocab: the vocabulary it was compiled against.
           max_rollback: how many steps `rollback` can undo (states kept on the host).
 

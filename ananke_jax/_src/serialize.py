@@ -11,18 +11,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ananke_jax._src.compiled import CompiledGrammar, GrammarState
-from ananke_jax._src.compiled_cfg import CFGState, CompiledCFG
+from ananke_jax._src.compiled import RegularGrammar, RegularState
+from ananke_jax._src.compiled_cfg import PushdownState, PushdownGrammar
 
-_KINDS = {"regular": CompiledGrammar, "pushdown": CompiledCFG}
+_KINDS = {"regular": RegularGrammar, "pushdown": PushdownGrammar}
 _FORMAT = 1
 
 
-def save_constraint(constraint: CompiledGrammar | CompiledCFG, path: str | os.PathLike) -> None:
+def save_constraint(constraint: RegularGrammar | PushdownGrammar, path: str | os.PathLike) -> None:
     """Write ``constraint``'s tables to ``path`` (an ``.npz`` file)."""
     kind = next((k for k, cls in _KINDS.items() if isinstance(constraint, cls)), None)
     if kind is None:
-        raise TypeError(f"cannot save a {type(constraint).__name__}: expected a CompiledGrammar or CompiledCFG")
+        raise TypeError(f"cannot save a {type(constraint).__name__}: expected a RegularGrammar or PushdownGrammar")
     arrays, static = {}, {}
     for field in dataclasses.fields(constraint):
         value = getattr(constraint, field.name)
@@ -32,7 +32,7 @@ def save_constraint(constraint: CompiledGrammar | CompiledCFG, path: str | os.Pa
         np.savez_compressed(f, __header__=np.frombuffer(header.encode(), np.uint8), **arrays)
 
 
-def load_constraint(path: str | os.PathLike) -> CompiledGrammar | CompiledCFG:
+def load_constraint(path: str | os.PathLike) -> RegularGrammar | PushdownGrammar:
     """Read a constraint written by `save_constraint`.
 
     Raises:
@@ -49,12 +49,12 @@ def load_constraint(path: str | os.PathLike) -> CompiledGrammar | CompiledCFG:
     return _KINDS[header["kind"]](**arrays, **header["static"])
 
 
-for _cls in (CompiledGrammar, CompiledCFG):  # their static fields (ints) are the aux data
+for _cls in (RegularGrammar, PushdownGrammar):  # their static fields (ints) are the aux data
     jax.export.register_pytree_node_serialization(
         _cls,
         serialized_name=f"ananke_jax.{_cls.__name__}",
         serialize_auxdata=lambda aux: json.dumps(list(aux)).encode(),
         deserialize_auxdata=lambda data: tuple(json.loads(data)),
     )
-for _cls in (GrammarState, CFGState):
+for _cls in (RegularState, PushdownState):
     jax.export.register_namedtuple_serialization(_cls, serialized_name=f"ananke_jax.{_cls.__name__}")

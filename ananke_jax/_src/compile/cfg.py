@@ -30,7 +30,7 @@ from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import outcome_tries
 from ananke_jax._src.compile.token_table import spell_tokens
 from ananke_jax._src.compile.token_trie import build_trie, classes_of_hashes
-from ananke_jax._src.compiled_cfg import CompiledCFG
+from ananke_jax._src.compiled_cfg import PushdownGrammar
 from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar
 from ananke_jax._src.vocab import Vocabulary
@@ -298,7 +298,7 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
 
 
 @pausing_gc
-def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, max_configs: int = 4) -> CompiledCFG:
+def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, max_configs: int = 4) -> PushdownGrammar:
     """Compile a grammar IR for ``vocab`` into the pushdown engine's device tables.
 
     Args:
@@ -331,7 +331,7 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     eos_bits = np.zeros(vocab.logits_width, bool)
     eos_bits[list(vocab.eos_token_ids)] = True
     state_sets, rows, dense_row, dense_set, sparse_token, sparse_set = _mask_parts(t, words)
-    return CompiledCFG(
+    return PushdownGrammar(
         lexer_start=_device(lexer.start, np.int32),
         action_kind=_device(lr.action_kind, np.int8),
         action_arg=_device(lr.action_arg, np.int32),

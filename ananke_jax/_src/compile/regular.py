@@ -10,11 +10,11 @@ from ananke_jax._src.compile.automaton import ByteDFA
 from ananke_jax._src.compile.regex import choices_to_dfa, regex_to_dfa
 from ananke_jax._src.compile.token_table import token_tables
 from ananke_jax._src.compile.unit_loops import UnitLoops
-from ananke_jax._src.compiled import CompiledGrammar, from_numpy
+from ananke_jax._src.compiled import RegularGrammar, from_numpy
 from ananke_jax._src.vocab import Vocabulary
 
 
-def compile_regex(pattern: str, vocab: Vocabulary) -> CompiledGrammar:
+def compile_regex(pattern: str, vocab: Vocabulary) -> RegularGrammar:
     """Compile a regex (Python syntax, full match; see `ananke_jax.regex` notes) for ``vocab``.
 
     Raises:
@@ -23,19 +23,19 @@ def compile_regex(pattern: str, vocab: Vocabulary) -> CompiledGrammar:
     return compile_dfa(regex_to_dfa(pattern), vocab)
 
 
-def compile_choices(choices: Sequence[str | bytes], vocab: Vocabulary) -> CompiledGrammar:
+def compile_choices(choices: Sequence[str | bytes], vocab: Vocabulary) -> RegularGrammar:
     """Compile a constraint that the output is exactly one of ``choices``."""
     return compile_dfa(choices_to_dfa(choices), vocab)
 
 
-def unconstrained(vocab: Vocabulary) -> CompiledGrammar:
+def unconstrained(vocab: Vocabulary) -> RegularGrammar:
     """A constraint that allows every token but the special ones, and EOS at any point (a bank
     row with grammar index -1 in `ananke_jax.generate` is free of any constraint instead)."""
     anything = ByteDFA(transitions=np.array([[0] * 256, [1] * 256], np.int32), accepting=np.array([False, True]), start=1)
     return compile_dfa(anything, vocab)
 
 
-def compile_dfa(dfa: ByteDFA, vocab: Vocabulary, loops: UnitLoops | None = None) -> CompiledGrammar:
+def compile_dfa(dfa: ByteDFA, vocab: Vocabulary, loops: UnitLoops | None = None) -> RegularGrammar:
     """Align a byte DFA with ``vocab`` (its unit ``loops`` as `token_tables` says) and move the
     tables to the device."""
     if not isinstance(vocab, Vocabulary):

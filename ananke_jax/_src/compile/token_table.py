@@ -314,7 +314,7 @@ def spell_tokens(transitions: np.ndarray, vocab: Vocabulary) -> Spelling:
 
 @dataclasses.dataclass(frozen=True)
 class TokenTables:
-    """Token-level tables of a regular constraint (numpy; see `CompiledGrammar` for the layout)."""
+    """Token-level tables of a regular constraint (numpy; see `RegularGrammar` for the layout)."""
 
     mask_rows: np.ndarray  # uint32[R, W]
     row_of_state: np.ndarray  # int32[S]

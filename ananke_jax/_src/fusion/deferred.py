@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ananke_jax._src.compile.automaton import DEAD
-from ananke_jax._src.compiled import CompiledGrammar, GrammarState, from_numpy
+from ananke_jax._src.compiled import RegularGrammar, RegularState, from_numpy
 from ananke_jax._src.errors import FusionError
 from ananke_jax._src.fusion.triggers import (
     matcher_tables,
@@ -65,7 +65,7 @@ class DeferredConstraint:
         is entered by a token leaving tail ``t``.
     """
 
-    matcher: CompiledGrammar
+    matcher: RegularGrammar
     grammar: Any
     tail_states: Any
     first_active: jax.Array
@@ -95,14 +95,14 @@ class DeferredConstraint:
 
     def token_mask(self, state: DeferredState) -> jax.Array:
         """uint32[W]: the grammar's mask once active, the matcher's before."""
-        waiting = token_mask(self.matcher, GrammarState(state.matcher))
+        waiting = token_mask(self.matcher, RegularState(state.matcher))
         return jnp.where(self.is_active(state), token_mask(self.grammar, state.inner), waiting)
 
     def advance(self, state: DeferredState, token: jax.Array) -> DeferredState:
         """The state after ``token`` (int32[]); the grammar moves only once active (`lax.cond`:
         an unbatched step skips its work while waiting)."""
         active = self.is_active(state)
-        node = advance(self.matcher, GrammarState(state.matcher), token).node
+        node = advance(self.matcher, RegularState(state.matcher), token).node
         num_tails = jax.tree_util.tree_leaves(self.tail_states)[0].shape[0]
         tail = jnp.clip(node - self.first_active, 0, num_tails - 1)
         entered = jax.tree_util.tree_map(lambda x: x[tail], self.tail_states)

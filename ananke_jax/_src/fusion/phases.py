@@ -11,7 +11,7 @@ import numpy as np
 
 from ananke_jax._src.compile.automaton import DEAD
 from ananke_jax._src.compile.regular import compile_dfa
-from ananke_jax._src.compiled import CompiledGrammar, GrammarState
+from ananke_jax._src.compiled import RegularGrammar, RegularState
 from ananke_jax._src.errors import FusionError
 from ananke_jax._src.fusion.config import GenerationPhase, parse_enum
 from ananke_jax._src.fusion.triggers import phase_dfa, trigger_bytes
@@ -33,17 +33,17 @@ class PhaseTracker:
         the dead state, entered by special tokens, and the finished state after EOS).
     """
 
-    matcher: CompiledGrammar
+    matcher: RegularGrammar
     phase_of_state: jax.Array
 
-    def init_state(self) -> GrammarState:
+    def init_state(self) -> RegularState:
         return self.matcher.init_state()
 
-    def advance(self, state: GrammarState, token: jax.Array) -> GrammarState:
+    def advance(self, state: RegularState, token: jax.Array) -> RegularState:
         """The state after ``token`` (int32[])."""
         return advance(self.matcher, state, token)
 
-    def phase(self, state: GrammarState) -> jax.Array:
+    def phase(self, state: RegularState) -> jax.Array:
         """int32[], the `GenerationPhase` code after the tokens so far."""
         return self.phase_of_state[state.node]
 

@@ -10,8 +10,8 @@ from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc
 from ananke_jax._src.compile.context_free import DEFAULT_MAX_CONFIGS, compile_grammar
 from ananke_jax._src.compile.regular import compile_dfa
 from ananke_jax._src.compile.unit_loops import expand_unit_loops
-from ananke_jax._src.compiled import CompiledGrammar
-from ananke_jax._src.compiled_cfg import CompiledCFG
+from ananke_jax._src.compiled import RegularGrammar
+from ananke_jax._src.compiled_cfg import PushdownGrammar
 from ananke_jax._src.errors import GrammarError, SchemaError
 from ananke_jax._src.grammar_text import to_gbnf, to_lark
 from ananke_jax._src.ir import Grammar
@@ -80,7 +80,7 @@ def compile_json_schema(
     max_depth: int = DEFAULT_MAX_DEPTH,
     max_configs: int = DEFAULT_MAX_CONFIGS,
     engine: str = "auto",
-) -> CompiledGrammar | CompiledCFG:
+) -> RegularGrammar | PushdownGrammar:
     """Compile a JSON Schema (draft 2020-12) into a constraint for ``vocab``.
 
     Args:
@@ -104,8 +104,8 @@ def compile_json_schema(
         pushdown engine, e.g. to share a grammar bank with recursive schemas).
 
     Returns:
-      A `CompiledGrammar` (one token DFA) when the schema has no recursion and ``engine`` is
-      ``"auto"``, else a `CompiledCFG` (the pushdown engine); ``repr`` says which.
+      A `RegularGrammar` (one token DFA) when the schema has no recursion and ``engine`` is
+      ``"auto"``, else a `PushdownGrammar` (the pushdown engine); ``repr`` says which.
 
     Raises:
       SchemaError: malformed or unsatisfiable schemas and unsupported keywords (with the
@@ -128,7 +128,7 @@ def compile_json_schema(
         raise SchemaError(f"the recursive schema cannot be compiled to the pushdown engine: {e}") from None
 
 
-def _compile_regular(node: rx.Node, vocab: Vocabulary, *, gaps: bool) -> CompiledGrammar:
+def _compile_regular(node: rx.Node, vocab: Vocabulary, *, gaps: bool) -> RegularGrammar:
     """Compile a schema's regular language ``node`` to a token DFA, its strings' characters
     first as placeholders (`strings.UNIT`, expanded by `expand_unit_loops`) unless a string
     alternates them with literal characters, and its gaps expanded when they are placeholders."""

@@ -11,13 +11,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ananke_jax._src.compiled import CompiledGrammar, GrammarState
-from ananke_jax._src.compiled_cfg import CFGState, CompiledCFG
+from ananke_jax._src.compiled import RegularGrammar, RegularState
+from ananke_jax._src.compiled_cfg import PushdownState, PushdownGrammar
 from ananke_jax._src.runtime import pushdown
 from ananke_jax._src.runtime.masks import apply_mask, is_allowed
 
-Constraint = CompiledGrammar | CompiledCFG
-State = GrammarState | CFGState
+Constraint = RegularGrammar | PushdownGrammar
+State = RegularState | PushdownState
 
 DEAD = 0
 
@@ -34,9 +34,9 @@ def token_mask(cg: Constraint, state: State) -> jax.Array:
       uint32[W], ``W = ceil(logits_width / 32)``; bit j of word i allows token ``32 * i + j``.
       EOS bits are set exactly when `accepts` holds; the error state's mask is empty.
     """
-    if isinstance(cg, CompiledCFG):
+    if isinstance(cg, PushdownGrammar):
         return pushdown.cfg_token_mask(cg, state)
-    if isinstance(cg, CompiledGrammar):
+    if isinstance(cg, RegularGrammar):
         return cg.mask_rows[cg.row_of_state[state.node]]
     return cg.token_mask(state)
 
@@ -45,9 +45,9 @@ def token_allowed(cg: Constraint, state: State, token: jax.Array) -> jax.Array:
     """bool[]: ``token`` (int32[]) is allowed, as in `token_mask`; cheaper than the whole mask
     for compiled grammars (one word of a row, or one outcome set per parse configuration)."""
     token = jnp.asarray(token, jnp.int32)
-    if isinstance(cg, CompiledCFG):
+    if isinstance(cg, PushdownGrammar):
         return pushdown.cfg_token_allowed(cg, state, token)
-    if not isinstance(cg, CompiledGrammar):
+    if not isinstance(cg, RegularGrammar):
         return is_allowed(token_mask(cg, state), token)
     safe = jnp.clip(token, 0, 32 * cg.mask_words - 1)
     word = cg.mask_rows[cg.row_of_state[state.node], safe >> 5]
@@ -58,31 +58,31 @@ def token_allowed(cg: Constraint, state: State, token: jax.Array) -> jax.Array:
 def advance(cg: Constraint, state: State, token: jax.Array) -> State:
     """The state after ``token`` (int32[]). A token the mask forbids, or an id outside
     ``[0, logits_width)``, leads to the error state, which is absorbing."""
-    if isinstance(cg, CompiledCFG):
+    if isinstance(cg, PushdownGrammar):
         return pushdown.cfg_advance(cg, state, token)
-    if not isinstance(cg, CompiledGrammar):
+    if not isinstance(cg, RegularGrammar):
         return cg.advance(state, token)
     token = jnp.asarray(token, jnp.int32)
     in_range = (token >= 0) & (token < cg.logits_width)
     token_class = cg.class_of_token[jnp.clip(token, 0, cg.logits_width - 1)]
     node = jnp.where(in_range, cg.next_state[state.node, token_class], DEAD)
-    return GrammarState(node=node)
+    return RegularState(node=node)
 
 
 def accepts(cg: Constraint, state: State) -> jax.Array:
     """bool[]: the output so far is complete, so EOS is allowed now."""
-    if isinstance(cg, CompiledCFG):
+    if isinstance(cg, PushdownGrammar):
         return pushdown.cfg_accepts(cg, state)
-    if isinstance(cg, CompiledGrammar):
+    if isinstance(cg, RegularGrammar):
         return cg.accepting[state.node]
     return cg.accepts(state)
 
 
 def is_error(cg: Constraint, state: State) -> jax.Array:
     """bool[]: a forbidden token was taken; nothing is allowed any more."""
-    if isinstance(cg, CompiledCFG):
+    if isinstance(cg, PushdownGrammar):
         return pushdown.cfg_is_error(cg, state)
-    if isinstance(cg, CompiledGrammar):
+    if isinstance(cg, RegularGrammar):
         return state.node == DEAD
     return cg.is_error(state)
 

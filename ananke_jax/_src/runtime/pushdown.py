@@ -17,7 +17,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ananke_jax._src.compiled_cfg import MAX_RULE_LENGTH, CFGState, CompiledCFG
+from ananke_jax._src.compiled_cfg import MAX_RULE_LENGTH, PushdownState, PushdownGrammar
 from ananke_jax._src.runtime.masks import is_allowed
 
 SHIFT, REDUCE, ACCEPT = 1, 2, 3
@@ -30,7 +30,7 @@ class _LR(NamedTuple):
     goto: jax.Array  # int32[S, R]: the state pushed after reducing by each rule
 
 
-def _lr(cg: CompiledCFG) -> _LR:
+def _lr(cg: PushdownGrammar) -> _LR:
     kind = cg.action_kind.astype(jnp.int32)
     popped = jnp.where(kind == REDUCE, cg.rule_length[cg.action_arg], 0)
     return _LR(jnp.left_shift(cg.action_arg, 12) | jnp.left_shift(popped, 2) | kind, cg.goto[:, cg.rule_lhs])
@@ -117,7 +117,7 @@ def _feed(lr: _LR, stack, depth, terminals, length) -> _Parse:
     return _run(step, _fresh(stack, depth), length, terminals.shape[0] * (stack.shape[0] + 2))  # D + 2 actions a terminal
 
 
-def _walk_trie(cg: CompiledCFG, lr: _LR, stack, depth, lexer) -> _Parse:
+def _walk_trie(cg: PushdownGrammar, lr: _LR, stack, depth, lexer) -> _Parse:
     """Feed the terminals of lexer state ``lexer``'s trie to one configuration, a chunk of
     ``cg.lanes`` nodes at a time, each node one terminal after its parent. Chunks whose nodes'
     parents were all refused are skipped (their nodes stay refused).
@@ -162,7 +162,7 @@ def _walk_trie(cg: CompiledCFG, lr: _LR, stack, depth, lexer) -> _Parse:
     return jax.lax.while_loop(lambda c: c[0] < chunks, run_chunk, (jnp.int32(0), nodes))[1]
 
 
-def _verdicts(cg: CompiledCFG, lr: _LR, stack, depth, lexer):
+def _verdicts(cg: PushdownGrammar, lr: _LR, stack, depth, lexer):
     """What one configuration allows: bool[P], its lexer state's outcomes that the stack takes
     (their terminals accepted, then one of their lookahead terminals, or none needed); bool[],
     whether the output is complete (EOS allowed); and bool[], whether an outcome was refused
@@ -182,13 +182,13 @@ def _verdicts(cg: CompiledCFG, lr: _LR, stack, depth, lexer):
     return valid, complete, blocked
 
 
-def _live_count(state: CFGState) -> jax.Array:
+def _live_count(state: PushdownState) -> jax.Array:
     """int32[]: one past the last live configuration (live ones come first)."""
     k = state.live.shape[0]
     return jnp.where(state.live.any(), k - jnp.argmax(state.live[::-1]), 0).astype(jnp.int32)
 
 
-def _with_verdicts(cg: CompiledCFG, state: CFGState, known) -> CFGState:
+def _with_verdicts(cg: PushdownGrammar, state: PushdownState, known) -> PushdownState:
     """Fill in the verdicts of the live configurations not ``known`` (bool[K]: their verdicts
     are already in the state), one loop trip each."""
     lr, need = _lr(cg), state.live & ~known
@@ -206,10 +206,10 @@ def _with_verdicts(cg: CompiledCFG, state: CFGState, known) -> CFGState:
 
 
 @jax.jit  # tables as arguments: traced eagerly, they would be baked into the program as constants
-def cfg_init_state(cg: CompiledCFG) -> CFGState:
+def cfg_init_state(cg: PushdownGrammar) -> PushdownState:
     """The state before any token: one configuration, the LR start state on the stack."""
     k, d = cg.max_configs, cg.stack_depth
-    state = CFGState(
+    state = PushdownState(
         stacks=jnp.zeros((k, d), jnp.int32).at[0, 0].set(cg.lr_start),
         depth=jnp.zeros(k, jnp.int32).at[0].set(1),
         lexer=jnp.zeros(k, jnp.int32).at[0].set(cg.lexer_start),
@@ -222,13 +222,13 @@ def cfg_init_state(cg: CompiledCFG) -> CFGState:
     return _with_verdicts(cg, state, jnp.zeros(k, jnp.bool_))
 
 
-def _set_valid(cg: CompiledCFG, valid, sets):
+def _set_valid(cg: PushdownGrammar, valid, sets):
     """bool[...]: outcome sets (global ids ``sets``) that hold a valid outcome."""
     members = cg.set_members[sets]
     return ((members >= 0) & valid[jnp.maximum(members, 0)]).any(axis=-1)
 
 
-def _config_tokens(cg: CompiledCFG, valid, lexer):
+def _config_tokens(cg: PushdownGrammar, valid, lexer):
     """uint32[W]: the tokens one configuration allows (EOS excluded), from its verdicts."""
     set_on = _set_valid(cg, valid, cg.state_sets[lexer])
     rows = cg.mask_rows[cg.dense_row[lexer]]
@@ -239,13 +239,13 @@ def _config_tokens(cg: CompiledCFG, valid, lexer):
     return words.at[token >> 5].add(bits)
 
 
-def cfg_accepts(cg: CompiledCFG, state: CFGState) -> jax.Array:
+def cfg_accepts(cg: PushdownGrammar, state: PushdownState) -> jax.Array:
     """bool[]: the output is complete (EOS allowed now)."""
     del cg
     return state.finished | (state.live & state.complete).any()
 
 
-def cfg_token_mask(cg: CompiledCFG, state: CFGState) -> jax.Array:
+def cfg_token_mask(cg: PushdownGrammar, state: PushdownState) -> jax.Array:
     """uint32[W]: the allowed tokens, EOS included exactly when the output is complete.
 
     The first configuration is done outside the loop (a loop trip costs more than its work),
@@ -260,14 +260,14 @@ def cfg_token_mask(cg: CompiledCFG, state: CFGState) -> jax.Array:
     return jnp.where(state.finished, jnp.uint32(0), tokens) | eos
 
 
-def _token_outcomes(cg: CompiledCFG, state: CFGState, token):
+def _token_outcomes(cg: PushdownGrammar, state: PushdownState, token):
     """The outcomes of ``token`` from each configuration: int32[K, Z], local to its lexer state
     (-1 padding), and bool[K, Z], which of them the configuration's verdicts allow."""
     local = cg.set_members[cg.class_set[state.lexer, cg.token_class[jnp.clip(token, 0, cg.logits_width - 1)]]]
     return local, (local >= 0) & jnp.take_along_axis(state.outcome_ok, jnp.maximum(local, 0), axis=1)
 
 
-def cfg_token_allowed(cg: CompiledCFG, state: CFGState, token) -> jax.Array:
+def cfg_token_allowed(cg: PushdownGrammar, state: PushdownState, token) -> jax.Array:
     """bool[]: whether `cfg_token_mask` allows ``token`` (int32[]), without building the mask."""
     token = jnp.asarray(token, jnp.int32)
     safe = jnp.clip(token, 0, cg.logits_width - 1)
@@ -277,14 +277,14 @@ def cfg_token_allowed(cg: CompiledCFG, state: CFGState, token) -> jax.Array:
     return in_range & jnp.where(is_allowed(cg.eos_mask, safe), cfg_accepts(cg, state), taken)
 
 
-def cfg_is_error(cg: CompiledCFG, state: CFGState) -> jax.Array:
+def cfg_is_error(cg: PushdownGrammar, state: PushdownState) -> jax.Array:
     """bool[]: a forbidden token was taken; nothing is allowed any more."""
     del cg
     return ~state.live.any()
 
 
 class _Configs(NamedTuple):
-    """Parse configurations under construction (the fields of `CFGState` that make one)."""
+    """Parse configurations under construction (the fields of `PushdownState` that make one)."""
 
     stacks: jax.Array  # int32[N, D]
     depth: jax.Array  # int32[N]
@@ -299,7 +299,7 @@ def _same(a: _Configs, b: _Configs) -> jax.Array:
     return (a.lexer[:, None] == b.lexer[None, :]) & (a.depth[:, None] == b.depth[None, :]) & equal_stacks
 
 
-def _follow(cg: CompiledCFG, lr: _LR, state: CFGState, config, local) -> _Configs:
+def _follow(cg: PushdownGrammar, lr: _LR, state: PushdownState, config, local) -> _Configs:
     """The configuration that configuration ``config`` makes by following its outcome ``local``."""
     stack, depth, lexer = state.stacks[config], state.depth[config], state.lexer[config]
     outcome = cg.state_outcomes[lexer, local]
@@ -307,7 +307,7 @@ def _follow(cg: CompiledCFG, lr: _LR, state: CFGState, config, local) -> _Config
     return _Configs(p.stack, p.height, cg.outcome_lexer[lexer, local])
 
 
-def cfg_advance(cg: CompiledCFG, state: CFGState, token) -> CFGState:
+def cfg_advance(cg: PushdownGrammar, state: PushdownState, token) -> PushdownState:
     """The state after ``token`` (int32[]): every configuration follows every valid outcome of the
     token; the survivors (deduplicated, at most K, in order) form the new state.
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import jax
 
-from ananke_jax._src.compiled import CompiledGrammar
-from ananke_jax._src.runtime.constraint import GrammarState, advance, masked_logits
+from ananke_jax._src.compiled import RegularGrammar
+from ananke_jax._src.runtime.constraint import RegularState, advance, masked_logits
 from ananke_jax._src.runtime.sampling import SamplingParams, sample
 
 
-def check_logits(cg: CompiledGrammar, logits: jax.Array) -> None:
+def check_logits(cg: RegularGrammar, logits: jax.Array) -> None:
     """Raise ValueError (at trace time: shapes are static) if ``logits`` do not fit ``cg``."""
     width = logits.shape[-1] if logits.ndim else 0
     if logits.ndim != 1:
@@ -27,14 +27,14 @@ def check_logits(cg: CompiledGrammar, logits: jax.Array) -> None:
 
 
 def constrained_step(
-    cg: CompiledGrammar,
-    state: GrammarState,
+    cg: RegularGrammar,
+    state: RegularState,
     logits: jax.Array,
     key: jax.Array,
     params: SamplingParams = SamplingParams(),
     *,
     history: jax.Array | None = None,
-) -> tuple[jax.Array, GrammarState]:
+) -> tuple[jax.Array, RegularState]:
     """Sample one token that the constraint allows and advance the state.
 
     EOS is allowed exactly when the output is complete. Pure and shape-static: use it under
@@ -43,7 +43,7 @@ def constrained_step(
     Args:
       cg: the compiled grammar, or a composite constraint of `ananke_jax.fusion` (a fused
         constraint, whose soft adjustment is added to the logits once, or a deferred one).
-      state: the current state (`GrammarState`, `CFGState`, or the composite's state).
+      state: the current state (`RegularState`, `PushdownState`, or the composite's state).
       logits: float[V] with ``vocab_size <= V <= 32 * ceil(logits_width / 32)``.
       key: PRNG key.
       params: static `SamplingParams`.
