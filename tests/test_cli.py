@@ -85,3 +85,19 @@ def test_bad_arguments_and_files_fail_clearly(args, message, tmp_path):
     run = _cli(*args, cwd=os.path.join(os.path.dirname(__file__), ".."))
     assert run.returncode != 0
     assert message in run.stderr
+
+
+@pytest.mark.parametrize(
+    "name, text, flag, message",
+    [
+        ("bad.json", "{not json", "--schema", r"bad\.json:1:2: not valid JSON: Expecting property name"),
+        ("bad.json", '{"type": "strnig"}', "--schema", r"bad\.json: .*strnig"),
+        ("bad.gbnf", 'root ::= "a" (', "--grammar", r"bad\.gbnf: .*line 1"),
+        ("bad.lark", 'start: "a" )', "--grammar", r"bad\.lark: "),
+    ],
+)
+def test_errors_in_a_constraint_file_name_the_file(name, text, flag, message, tmp_path):
+    (tmp_path / name).write_text(text)
+    run = _cli("compile", flag, str(tmp_path / name), "--out", str(tmp_path / "c.npz"))
+    assert run.returncode == 2 and not (tmp_path / "c.npz").exists()
+    assert re.search(message, run.stderr), run.stderr

@@ -42,7 +42,7 @@ def test_constrained_step_refuses_logits_that_do_not_fit_the_vocabulary():
     vocab = _vocab(40, width=64)
     cg = aj.compile_regex("a+", vocab)
     key = jax.random.key(0)
-    with pytest.raises(ValueError, match="logits have 39 entries but the vocabulary has 40 tokens"):
+    with pytest.raises(ValueError, match="logits have 39 entries, but the constraint was compiled for a vocabulary of 40 tokens"):
         aj.constrained_step(cg, cg.init_state(), jnp.zeros(39), key)
     with pytest.raises(ValueError, match="logits_width=64"):
         aj.constrained_step(cg, cg.init_state(), jnp.zeros(65), key)
@@ -51,6 +51,27 @@ def test_constrained_step_refuses_logits_that_do_not_fit_the_vocabulary():
     for width in (40, 64):  # the tokenizer's size or the model's padded width both work
         token, _ = aj.constrained_step(cg, cg.init_state(), jnp.zeros(width), key)
         assert vocab.token_bytes(int(token)).strip(b"a") == b""
+
+
+@pytest.mark.parametrize("width, fits", [(39, False), (40, True), (64, True), (65, False), (96, False)])
+def test_step_masked_logits_and_generate_share_one_logits_width_rule(width, fits):
+    vocab = _vocab(40, width=64)
+    constraints = [aj.compile_regex("a+", vocab), aj.fusion.fused(vocab, syntax=aj.compile_regex("a+", vocab))]
+    model = lambda params, cache, tokens, positions: (jnp.zeros((*tokens.shape, width)), cache)  # noqa: E731
+    calls = [
+        lambda cg: aj.constrained_step(cg, cg.init_state(), jnp.zeros(width), jax.random.key(0)),
+        lambda cg: aj.masked_logits(cg, cg.init_state(), jnp.zeros(width)),
+        lambda cg: aj.generate(
+            model, None, jnp.zeros((1, 1), jnp.int32), cg, cache=jnp.zeros((1, 4)), max_new_tokens=1, eos_token_ids=[0], key=jax.random.key(0)
+        ),
+    ]
+    for cg in constraints:
+        for call in calls:
+            if fits:
+                call(cg)
+            else:
+                with pytest.raises(ValueError, match=f"logits have {width} entries, but .* 40 tokens and logits_width=64"):
+                    call(cg)
 
 
 def test_greedy_is_the_argmax_of_the_allowed_tokens():

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import pathlib
 import re
@@ -63,8 +64,21 @@ def _vocabulary(name: str) -> aj.Vocabulary:
         return aj.Vocabulary.from_gguf(path)
     if path.suffix == ".model":
         return aj.Vocabulary.from_sentencepiece(path)
-    is_tekken = {"config", "vocab"} <= json.loads(path.read_text(encoding="utf-8")).keys()
-    return aj.Vocabulary.from_tekken(path) if is_tekken else aj.Vocabulary.from_tokenizer_json(path)
+    with _naming(path):
+        is_tekken = {"config", "vocab"} <= json.loads(path.read_text(encoding="utf-8")).keys()
+        return aj.Vocabulary.from_tekken(path) if is_tekken else aj.Vocabulary.from_tokenizer_json(path)
+
+
+@contextlib.contextmanager
+def _naming(path: pathlib.Path):
+    """Errors raised while reading or compiling the file at ``path`` name it (and, for JSON, the
+    line and column)."""
+    try:
+        yield
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
+    except (aj.AnankeError, ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: {e}") from e
 
 
 def _constraint(args, vocab: aj.Vocabulary):
@@ -73,15 +87,19 @@ def _constraint(args, vocab: aj.Vocabulary):
         return aj.compile_regex(args.regex, vocab), lambda t: None if re.fullmatch(args.regex, t) else "no full match", f"regex {args.regex!r}"
     if args.grammar:
         path = pathlib.Path(args.grammar)
-        text = path.read_text(encoding="utf-8")
-        ir = aj.gbnf_to_ir(text) if path.suffix == ".gbnf" else aj.lark_to_ir(text)
-        cg = aj.compile_grammar(ir, vocab)
+        with _naming(path):
+            text = path.read_text(encoding="utf-8")
+            ir = aj.gbnf_to_ir(text) if path.suffix == ".gbnf" else aj.lark_to_ir(text)
+            cg = aj.compile_grammar(ir, vocab)
         import lark
 
         parser = lark.Lark(to_lark(ir), start=lark_names(ir)[ir.start], parser="earley", lexer="dynamic")
         return cg, lambda t: _error(lambda: parser.parse(t)), f"grammar {path.name}"
-    schema = json.loads(pathlib.Path(args.schema).read_text(encoding="utf-8")) if args.schema else DEFAULT_SCHEMA
-    cg = aj.compile_json_schema(schema, vocab)
+    schema = DEFAULT_SCHEMA
+    with _naming(pathlib.Path(args.schema or "(embedded person record)")):
+        if args.schema:
+            schema = json.loads(pathlib.Path(args.schema).read_text(encoding="utf-8"))
+        cg = aj.compile_json_schema(schema, vocab)
     return cg, lambda t: _error(lambda: _validate(schema, json.loads(t))), f"schema {args.schema or '(embedded person record)'}"
 
 

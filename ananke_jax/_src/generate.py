@@ -28,7 +28,7 @@ from ananke_jax._src.runtime.constraint import (
     token_allowed,
     token_mask,
 )
-from ananke_jax._src.runtime.masks import is_allowed
+from ananke_jax._src.runtime.masks import check_logits_width, is_allowed
 from ananke_jax._src.runtime.sampling import SamplingParams, filter_logits, sample
 
 FINISH_REASONS = ("running", "eos", "grammar_complete", "length", "constraint_error")
@@ -208,7 +208,7 @@ def _start(step_fn, params, rows: _Rows, constraint, cache, *, per_row):
     logits, cache = step_fn(params, cache, rows.prompt, jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32), rows.prompt.shape))
     if constraint is None:
         return logits[jnp.arange(batch), rows.lengths - 1], cache, jnp.zeros(batch, jnp.int32)  # a placeholder state
-    _check_width(constraint, logits.shape[-1])
+    check_logits_width(constraint, logits.shape[-1])
     start = jax.vmap(type(constraint).init_state)(constraint) if per_row else constraint.init_state()
     states = start if per_row else jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), start)
     return logits[jnp.arange(batch), rows.lengths - 1], cache, states
@@ -417,11 +417,4 @@ def _rows(flags, x):
     """``flags`` (bool[B]) shaped to broadcast against ``x`` (batch leading)."""
     return flags.reshape(flags.shape + (1,) * (x.ndim - 1))
 
-
-def _check_width(constraint, width: int) -> None:
-    if width < constraint.vocab_size or width > constraint.logits_width:
-        raise ValueError(
-            f"the model's logits have {width} entries but the constraint was compiled for a vocabulary of "
-            f"{constraint.vocab_size} tokens and logits_width={constraint.logits_width}"
-        )
 

@@ -126,11 +126,9 @@ class FusedConstraint:
         return self.relaxation(state).feasible_mask
 
     def masked_logits(self, state: FusedState, logits: jax.Array) -> jax.Array:
-        """float[L]: ``logits`` (float[L], L up to ``32 * mask_words``) plus the soft adjustment,
-        then -inf outside the relaxed mask."""
-        adjustment = self.result(state).logit_adjustment
-        width = logits.shape[-1]
-        adjustment = adjustment[:width] if width <= self.logits_width else jnp.pad(adjustment, (0, width - self.logits_width))
+        """float[L]: ``logits`` (float[L], ``vocab_size <= L <= logits_width``) plus the soft
+        adjustment, then -inf outside the relaxed mask."""
+        adjustment = self.result(state).logit_adjustment[: logits.shape[-1]]
         return apply_mask(logits + adjustment.astype(logits.dtype), self.token_mask(state))
 
     def advance(self, state: FusedState, token: jax.Array) -> FusedState:

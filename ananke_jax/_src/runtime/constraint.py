@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from ananke_jax._src.compiled import RegularGrammar, RegularState
 from ananke_jax._src.compiled_cfg import PushdownState, PushdownGrammar
 from ananke_jax._src.runtime import pushdown
-from ananke_jax._src.runtime.masks import apply_mask, is_allowed
+from ananke_jax._src.runtime.masks import apply_mask, check_logits_width, is_allowed
 
 Constraint = RegularGrammar | PushdownGrammar
 State = RegularState | PushdownState
@@ -89,7 +89,12 @@ def is_error(cg: Constraint, state: State) -> jax.Array:
 
 def masked_logits(cg: Constraint, state: State, logits: jax.Array) -> jax.Array:
     """float[V] logits with the forbidden tokens at -inf; a constraint with soft domains (a fused
-    one) also adds its logit adjustment, once, before masking."""
+    one) also adds its logit adjustment, once, before masking.
+
+    Raises:
+      ValueError: ``V`` is outside ``[vocab_size, logits_width]`` (see `check_logits_width`).
+    """
+    check_logits_width(cg, logits.shape[-1])
     method = getattr(cg, "masked_logits", None)
     if method is not None:
         return method(state, logits)

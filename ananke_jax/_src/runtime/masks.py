@@ -39,6 +39,21 @@ def apply_mask(logits: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.where(jnp.broadcast_to(allowed, shape), jnp.broadcast_to(logits, shape), neg_inf)
 
 
+def check_logits_width(constraint, width: int) -> None:
+    """Raise ValueError unless logits of ``width`` entries belong to ``constraint``'s vocabulary.
+
+    The one rule `constrained_step`, `masked_logits` and `generate` share:
+    ``constraint.vocab_size <= width <= constraint.logits_width``. Shapes are static, so this runs
+    at trace time.
+    """
+    if not constraint.vocab_size <= width <= constraint.logits_width:
+        raise ValueError(
+            f"logits have {width} entries, but the constraint was compiled for a vocabulary of "
+            f"{constraint.vocab_size} tokens and logits_width={constraint.logits_width}: build the "
+            "Vocabulary with logits_width equal to the model's output width"
+        )
+
+
 def is_allowed(mask: jax.Array, token: jax.Array) -> jax.Array:
     """bool[]: bit ``token`` of a packed mask uint32[W]; False outside ``[0, 32 * W)``."""
     token = jnp.asarray(token, jnp.int32)

@@ -9,23 +9,6 @@ from ananke_jax._src.runtime.constraint import RegularState, advance, masked_log
 from ananke_jax._src.runtime.sampling import SamplingParams, sample
 
 
-def check_logits(cg: RegularGrammar, logits: jax.Array) -> None:
-    """Raise ValueError (at trace time: shapes are static) if ``logits`` do not fit ``cg``."""
-    width = logits.shape[-1] if logits.ndim else 0
-    if logits.ndim != 1:
-        raise ValueError(f"expected one row of logits float[V], got shape {logits.shape}; use jax.vmap for a batch")
-    if width < cg.vocab_size:
-        raise ValueError(
-            f"logits have {width} entries but the vocabulary has {cg.vocab_size} tokens: "
-            "the logits do not belong to this tokenizer"
-        )
-    if width > 32 * cg.mask_words:
-        raise ValueError(
-            f"logits have {width} entries but the grammar was compiled for logits_width={cg.logits_width}; "
-            "build the Vocabulary with logits_width equal to the model's output width"
-        )
-
-
 def constrained_step(
     cg: RegularGrammar,
     state: RegularState,
@@ -44,7 +27,7 @@ def constrained_step(
       cg: the compiled grammar, or a composite constraint of `ananke_jax.fusion` (a fused
         constraint, whose soft adjustment is added to the logits once, or a deferred one).
       state: the current state (`RegularState`, `PushdownState`, or the composite's state).
-      logits: float[V] with ``vocab_size <= V <= 32 * ceil(logits_width / 32)``.
+      logits: float[V] with ``vocab_size <= V <= logits_width``.
       key: PRNG key.
       params: static `SamplingParams`.
       history: optional int32[T] previous tokens, for the repetition penalty.
@@ -53,7 +36,8 @@ def constrained_step(
       ``(token int32[], new_state)``. If nothing is allowed (the state is already an error), the
       token is the first EOS id and the state stays in error.
     """
-    check_logits(cg, logits)
+    if logits.ndim != 1:
+        raise ValueError(f"expected one row of logits float[V], got shape {logits.shape}; use jax.vmap for a batch")
     masked = masked_logits(cg, state, logits)
     token = sample(masked, key, params, fallback_token=cg.fallback_token, history=history)
     return token, advance(cg, state, token)
