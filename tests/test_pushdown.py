@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import json
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -277,6 +278,26 @@ def test_a_bank_of_pushdown_grammars_runs_each_row_as_alone(sentencepiece_vocab)
                 tokens.append(int(rng.choice(allowed)) if allowed.size else 0)
                 alone[i] = _advance(g, alone[i], tokens[-1])
             banked = advance(bank, banked, jnp.asarray(tokens, jnp.int32))
+
+
+def test_pushdown_grammars_of_one_bank_share_one_compiled_step(sentencepiece_vocab):
+    """Two grammars taken from one bank have equal table shapes, so one jitted step serves both."""
+    grammars = [aj.compile_grammar(JSON, sentencepiece_vocab), aj.compile_grammar(ARITHMETIC, sentencepiece_vocab)]
+    bank = aj.stack_grammars(grammars)
+    rows = [jax.tree_util.tree_map(lambda x, i=i: x[i], bank) for i in range(2)]
+    chex.assert_trees_all_equal_shapes_and_dtypes(*rows)
+    logits, key = jnp.zeros(sentencepiece_vocab.logits_width), jax.random.key(0)
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def step(g, s):
+        return aj.constrained_step(g, s, logits, key, aj.SamplingParams(temperature=0.0))
+
+    for g, alone in zip(rows + rows, grammars + grammars):
+        token, state = step(g, g.init_state())
+        chex.assert_trees_all_equal_shapes_and_dtypes(state, g.init_state())
+        expected, _ = aj.constrained_step(alone, alone.init_state(), logits, key, aj.SamplingParams(temperature=0.0))
+        assert int(token) == int(expected) and not aj.is_error(g, state)
 
 
 def test_a_bank_refuses_grammars_of_both_engines(sentencepiece_vocab):

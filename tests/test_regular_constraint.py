@@ -3,6 +3,7 @@
 import functools
 import re
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -239,16 +240,19 @@ def test_grammars_padded_to_equal_shapes_share_one_compiled_step(sentencepiece_v
     b = aj.compile_regex(r"[x-z]{3}", sentencepiece_vocab)
     sizes = dict(states=max(a.num_states, b.num_states), classes=max(a.num_classes, b.num_classes), rows=8)
     a, b = aj.pad_grammar(a, **sizes), aj.pad_grammar(b, **sizes)
-    traces = []
+    chex.assert_trees_all_equal_shapes_and_dtypes(a, b)
+    logits, key = jnp.zeros(sentencepiece_vocab.logits_width), jax.random.key(0)
 
     @jax.jit
-    def mask(g, s):
-        traces.append(1)
-        return aj.token_mask(g, s)
+    @chex.assert_max_traces(n=1)
+    def step(g, s):
+        return aj.constrained_step(g, s, logits, key, aj.SamplingParams(temperature=0.0))
 
-    mask(a, a.init_state())
-    mask(b, b.init_state())
-    assert len(traces) == 1
+    for g in (a, b, a):
+        token, state = step(g, g.init_state())
+        chex.assert_shape(token, ())
+        chex.assert_trees_all_equal_shapes_and_dtypes(state, g.init_state())
+        assert not aj.is_error(g, state)
     with pytest.raises(ValueError, match="cannot pad a grammar with"):
         aj.pad_grammar(a, states=1, classes=1, rows=1)
 
