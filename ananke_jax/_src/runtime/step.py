@@ -4,28 +4,28 @@ from __future__ import annotations
 
 import jax
 
-from ananke_jax._src.compiled import RegularGrammar
-from ananke_jax._src.runtime.constraint import RegularState, advance, masked_logits
+from ananke_jax._src.runtime.constraint import Constraint, State, advance, masked_logits
 from ananke_jax._src.runtime.sampling import SamplingParams, sample
 
 
 def constrained_step(
-    cg: RegularGrammar,
-    state: RegularState,
+    cg: Constraint,
+    state: State,
     logits: jax.Array,
     key: jax.Array,
     params: SamplingParams = SamplingParams(),
     *,
     history: jax.Array | None = None,
-) -> tuple[jax.Array, RegularState]:
+) -> tuple[jax.Array, State]:
     """Sample one token that the constraint allows and advance the state.
 
     EOS is allowed exactly when the output is complete. Pure and shape-static: use it under
     `jit` (``params`` static), `vmap` (batch of states, shared or stacked tables) and `lax.scan`.
 
     Args:
-      cg: the compiled grammar, or a composite constraint of `ananke_jax.fusion` (a fused
-        constraint, whose soft adjustment is added to the logits once, or a deferred one).
+      cg: a compiled grammar (`RegularGrammar`, `PushdownGrammar`) or a composite constraint of
+        `ananke_jax.fusion` (a fused one, whose soft adjustment is added to the logits once, or
+        a deferred one).
       state: the current state (`RegularState`, `PushdownState`, or the composite's state).
       logits: float[V] with ``vocab_size <= V <= logits_width``.
       key: PRNG key.
