@@ -16,9 +16,7 @@ import warnings as _warnings
 from ananke_jax import fusion as fusion
 from ananke_jax._src.bank import pad_grammar as pad_grammar
 from ananke_jax._src.bank import stack_grammars as stack_grammars
-from ananke_jax._src.compile.context_free import compile_gbnf as compile_gbnf
 from ananke_jax._src.compile.context_free import compile_grammar as compile_grammar
-from ananke_jax._src.compile.context_free import compile_lark as compile_lark
 from ananke_jax._src.compile.regular import compile_choices as compile_choices
 from ananke_jax._src.compile.regular import compile_regex as compile_regex
 from ananke_jax._src.compile.regular import unconstrained as unconstrained
@@ -34,6 +32,8 @@ from ananke_jax._src.errors import GrammarError as GrammarError
 from ananke_jax._src.errors import SchemaError as SchemaError
 from ananke_jax._src.errors import VocabularyError as VocabularyError
 from ananke_jax._src.errors import WeightsError as WeightsError
+from ananke_jax._src.frontends.api import compile_gbnf as compile_gbnf
+from ananke_jax._src.frontends.api import compile_lark as compile_lark
 from ananke_jax._src.frontends.gbnf import gbnf_to_ir as gbnf_to_ir
 from ananke_jax._src.frontends.lark_frontend import lark_to_ir as lark_to_ir
 from ananke_jax._src.fusion.domains import allowed_tokens as allowed_tokens

@@ -5,8 +5,8 @@ import pytest
 from earley import EarleyRecogniser
 
 from ananke_jax import GrammarError
-from ananke_jax._src.compile.lr import ACCEPT, ERROR, REDUCE, SHIFT, lr_tables
-from ananke_jax._src.compiled_cfg import MAX_RULE_LENGTH
+from ananke_jax._src.compile.lr import lr_tables
+from ananke_jax._src.compiled_cfg import ACCEPT, ERROR, MAX_RULE_LENGTH, REDUCE, SHIFT
 from ananke_jax._src.ir import grammar
 
 ARITHMETIC = grammar(

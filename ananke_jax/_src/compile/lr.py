@@ -13,11 +13,10 @@ from lark.common import ParserConf
 from lark.grammar import NonTerminal, Rule, Terminal
 from lark.parsers.lalr_analysis import LALR_Analyzer
 
-from ananke_jax._src.compiled_cfg import MAX_RULE_LENGTH
+from ananke_jax._src.compiled_cfg import ACCEPT, MAX_RULE_LENGTH, REDUCE, SHIFT
 from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar
 
-ERROR, SHIFT, REDUCE, ACCEPT = 0, 1, 2, 3
 END = "$END"
 
 

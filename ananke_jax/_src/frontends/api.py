@@ -1,0 +1,21 @@
+"""Entry points that compile Lark and GBNF grammars against a vocabulary: the front end reads the
+grammar into the IR, `compile_grammar` builds the pushdown engine's tables from it."""
+
+from __future__ import annotations
+
+from ananke_jax._src.compile.context_free import compile_grammar
+from ananke_jax._src.compiled_cfg import PushdownGrammar
+from ananke_jax._src.frontends.gbnf import gbnf_to_ir
+from ananke_jax._src.frontends.lark_frontend import lark_to_ir
+from ananke_jax._src.vocab import Vocabulary
+
+
+def compile_lark(text: str, vocab: Vocabulary, *, start: str = "start", **options) -> PushdownGrammar:
+    """Compile a Lark grammar (read by lark's own loader; the language is the context-free
+    language of its rules, without lexer priorities). Options as in `compile_grammar`."""
+    return compile_grammar(lark_to_ir(text, start=start), vocab, **options)
+
+
+def compile_gbnf(text: str, vocab: Vocabulary, *, root: str = "root", **options) -> PushdownGrammar:
+    """Compile a GBNF grammar (llama.cpp's syntax). Options as in `compile_grammar`."""
+    return compile_grammar(gbnf_to_ir(text, root=root), vocab, **options)
