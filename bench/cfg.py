@@ -1,42 +1,53 @@
 """Context-free grammars: per-token mask + advance, compile time and table bytes, side by side
 with XGrammar and llguidance (when installed) on the same token walk.
 
-The walk is a tokenised example output of the JSON and C grammars in grammars/, with both real
-vocabularies. ananke_jax is timed the way it is used, inside one jitted `lax.scan` over the
-tokens, and also per call from the host through `aj.Matcher` (fill the bitmask, accept the
-token), as a server with its own loop would; the peers are timed per call (their only mode).
-Our scans and llguidance's walks are taken in turn, and their medians compared.
+The walk is the longest example output (grammars/examples.json) of the JSON and C grammars in
+grammars/, tokenised by each real vocabulary's own tokenizer. ananke_jax is timed the way it is
+used, inside one jitted `lax.scan` over the tokens ("scan"), and also per call from the host
+through `aj.Matcher` (fill the bitmask, accept the token: "call"), as a server with its own loop
+would; the peers are timed per call (their only mode). Our scans and llguidance's walks are
+taken in turn, and their medians compared; XGrammar, much slower per call, walks once. The
+ratios are ours / the fastest peer on that walk.
 
     pip install torch==2.13.0 && pip install xgrammar llguidance   # optional peers
-    python bench/cfg.py
+    python bench/cfg.py [--quick] [--vocabs sentencepiece-32k tekken-131k] [--repeats 21]
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 
-import numpy as np
+from harness import (
+    Table,
+    corpus,
+    encoders,
+    grammar_text,
+    llguidance_tokenizer,
+    llguidance_walk,
+    load_vocabularies,
+    matcher_per_call,
+    ours_scan,
+    parse,
+    parser,
+    ratio,
+    record,
+    xgrammar_info,
+    xgrammar_walk,
+)
 
-_HERE = __file__.rsplit("/", 1)[0]
-sys.path[:0] = [_HERE, f"{_HERE}/../tests"]
-from common import encoders, llguidance_tokenizer, llguidance_walk, load_vocabularies, machine, matcher_per_call, ours_scan, summary, xgrammar_info, xgrammar_walk  # noqa: E402
-from test_frontends import GRAMMAR_EXAMPLES  # noqa: E402
+import ananke_jax as aj
 
-import ananke_jax as aj  # noqa: E402
-
-WORKLOADS = {"json": "json.gbnf", "c": "c_subset.gbnf"}
-REPEATS = 21  # walks of ours and of llguidance, in turn: this machine's timings drift
+GRAMMARS = ["json.gbnf", "c_subset.gbnf"]
 
 
-def xgrammar_run(text: str, vocab, tokens: list[int]) -> tuple[float, list[float]]:
-    """XGrammar's compile seconds and per-call seconds along the walk (one walk: it is slow)."""
+def xgrammar_run(text: str, vocab, tokens: list[int]) -> tuple[float, float]:
+    """XGrammar's compile seconds and mean seconds per call along the walk (one walk: it is slow)."""
     import xgrammar as xgr
 
     start = time.perf_counter()
     compiled = xgr.GrammarCompiler(xgrammar_info(vocab), cache_enabled=False).compile_grammar(text)
-    return time.perf_counter() - start, xgrammar_walk(compiled, vocab, tokens)
+    return time.perf_counter() - start, statistics.mean(xgrammar_walk(compiled, vocab, tokens))
 
 
 def llguidance_matchers(text: str, vocab, encode):
@@ -58,41 +69,57 @@ def llguidance_matchers(text: str, vocab, encode):
     return time.perf_counter() - start, matcher, tokenizer.vocab_size
 
 
+def measure(text: str, vocab, encode, tokens: list[int], repeats: int) -> dict:
+    """Seconds per token (ours in a scan and per call, each installed peer per call) and compile
+    seconds of each engine, None for a peer that is not installed."""
+    start = time.perf_counter()
+    cg = aj.compile_gbnf(text, vocab)
+    m = {"ours compile": time.perf_counter() - start, "tables MB": cg.table_bytes / 1e6}
+    scan = ours_scan(cg, tokens)
+    try:
+        m["llguidance compile"], matcher, width = llguidance_matchers(text, vocab, encode)
+    except ImportError:
+        matcher = None
+    ours, peer = [], []
+    for _ in range(repeats):  # taken in turn: this machine's timings drift
+        ours.append(scan())
+        if matcher is not None:
+            peer.append(statistics.mean(llguidance_walk(matcher(), width, tokens)))
+    m["scan"], m["llguidance"] = statistics.median(ours), statistics.median(peer) if peer else None
+    m["call"] = statistics.mean(matcher_per_call(cg, vocab, tokens))
+    try:
+        m["xgrammar compile"], m["xgrammar"] = xgrammar_run(text, vocab, tokens)
+    except ImportError:
+        pass
+    return m
+
+
 def main():
-    print(f"# machine: {machine()}")
     vocabs, encode = load_vocabularies(), encoders()
-    for workload, filename in WORKLOADS.items():
-        text = open(f"{_HERE}/../grammars/{filename}").read()
-        example = max(GRAMMAR_EXAMPLES[filename], key=len)
-        for name, vocab in vocabs.items():
+    p = parser(__doc__)
+    p.add_argument("--vocabs", nargs="+", choices=sorted(vocabs), default=sorted(vocabs))
+    p.add_argument("--repeats", type=int, default=21, help="our scans and llguidance's walks, in turn")
+    args = parse(p, vocabs=["sentencepiece-32k"], repeats=5)
+    us = {"ours scan us": ".1f", "ours call us": ".1f", "llguidance us": ".1f", "xgrammar us": ".1f"}
+    per_token = Table(
+        f"mask + advance per token along the example (us/token; scans and llguidance: median of {args.repeats})",
+        {"grammar": "s", "vocabulary": "s", "tokens": "d", **us, "scan/fastest peer": ".2f", "call/fastest peer": ".2f"},
+    )
+    rows = []
+    for filename in GRAMMARS:
+        text = grammar_text(filename)
+        example = max(corpus("examples")[filename]["examples"], key=len)
+        for name in args.vocabs:
             tokens = encode[name](example)
-            print(f"\n## {workload} ({filename}), {name}, {len(tokens)} tokens")
-            start = time.perf_counter()
-            cg = aj.compile_gbnf(text, vocab)
-            compile_s = time.perf_counter() - start
-            scan = ours_scan(cg, tokens)
-            try:
-                llg_compile, matcher, width = llguidance_matchers(text, vocab, encode[name])
-            except ImportError:
-                matcher = None
-            ours, peer, peer_calls = [], [], []
-            for _ in range(REPEATS):
-                ours.append(scan())
-                if matcher is not None:
-                    peer_calls = llguidance_walk(matcher(), width, tokens)
-                    peer.append(statistics.mean(peer_calls))
-            print(f"{'ananke_jax scan':>18}: {statistics.median(ours) * 1e6:8.1f} us/token (mask + advance, one jitted lax.scan; median of {REPEATS})")
-            print(f"{'ananke_jax call':>18}: {summary(matcher_per_call(cg, vocab, tokens))}   compile {compile_s:.2f} s, tables {cg.table_bytes / 1e6:.1f} MB")
-            if matcher is None:
-                print(f"{'llguidance':>18}: not installed")
-            else:
-                ratio = statistics.median(ours) / statistics.median(peer)
-                print(f"{'llguidance':>18}: {statistics.median(peer) * 1e6:8.1f} us/token (median of {REPEATS} walks, taken in turn with ours; last walk p99 {np.percentile(peer_calls, 99) * 1e6:.1f} us)   compile {llg_compile:.2f} s   ours(scan)/peer = {ratio:.2f}")
-            try:
-                xgr_compile, xgr_calls = xgrammar_run(text, vocab, tokens)
-                print(f"{'xgrammar':>18}: {summary(xgr_calls)}   compile {xgr_compile:.2f} s   ours(scan)/peer = {statistics.median(ours) / statistics.mean(xgr_calls):.2f}")
-            except ImportError:
-                print(f"{'xgrammar':>18}: not installed")
+            m = measure(text, vocabs[name], encode[name], tokens, args.repeats)
+            fastest = min((m[e] for e in ("llguidance", "xgrammar") if m.get(e)), default=None)
+            us_cells = [None if m.get(e) is None else m[e] * 1e6 for e in ("scan", "call", "llguidance", "xgrammar")]
+            per_token.add(filename, name, len(tokens), *us_cells, ratio(m["scan"], fastest), ratio(m["call"], fastest))
+            rows.append([filename, name, *(m.get(f"{e} compile") for e in ("ours", "llguidance", "xgrammar")), m["tables MB"]])
+    compiles = Table("compile (seconds) and table bytes", {"grammar": "s", "vocabulary": "s", "ours s": ".2f", "llguidance s": ".2f", "xgrammar s": ".2f", "our tables MB": ".1f"})
+    for row in rows:
+        compiles.add(*row)
+    record("cfg", args, {"tables": [per_token, compiles]})
 
 
 if __name__ == "__main__":

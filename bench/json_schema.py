@@ -1,5 +1,6 @@
 """JSON Schema: cold compile time and per-token mask + advance, side by side with XGrammar,
-llguidance and outlines-core (when installed), on the realistic schemas of tests/json_schemas.py.
+llguidance and outlines-core (when installed), on the realistic schemas of
+grammars/json_schemas.json.
 
 Compile time is the median of cold compiles per schema: before any is timed, each engine compiles
 one unrelated warm-up schema, so per-vocabulary preprocessing (XGrammar's TokenizerInfo,
@@ -10,42 +11,50 @@ A peer that raises or refuses a schema is a failure, reported, never fatal; one 
 still ignore keywords it does not support (XGrammar warns of some on stderr). llguidance builds
 its lexer lazily: much of its compile work is paid during the first masks, in its per-token time.
 
-The walk is json.dumps(EXAMPLES[name]), with ", " and ": " separators (flexible whitespace in
-ours, XGrammar and llguidance; outlines-core's default `[ ]?` admits them too), tokenised by the
-vocabulary's own tokenizer. ananke_jax is timed inside one
-jitted `lax.scan` over the tokens ("scan"), inside one over the walk repeated to 2048 tokens
-from the initial state each time ("loop": the cost of a token in a jitted decode loop, where
-the scan's launch is paid once per generation; one pass of a short walk such as enum_only's 3
-tokens mostly times that launch), and per call from the host through `aj.Matcher` (a server's own
-loop; regular grammars step on the host there); the peers per call, each filling a full token
-bitmask then advancing. The ratio is ours(loop) / the fastest peer on that schema,
-summarised by its geometric mean over the regular and the recursive schemas apart, with the
-same for ours(scan).
+The walk is json.dumps of the schema's example instance, with ", " and ": " separators (flexible
+whitespace in ours, XGrammar and llguidance; outlines-core's default `[ ]?` admits them too),
+tokenised by the vocabulary's own tokenizer. ananke_jax is timed inside one jitted `lax.scan`
+over the tokens ("scan"), inside one over the walk repeated to 2048 tokens from the initial
+state each time ("loop": the cost of a token in a jitted decode loop, where the scan's launch is
+paid once per generation; one pass of a short walk such as enum_only's 3 tokens mostly times
+that launch), and per call from the host through `aj.Matcher` ("call": a server's own loop;
+regular grammars step on the host there); the peers per call, each filling a full token bitmask
+then advancing. The ratios are ours / the fastest peer on that schema, summarised by their
+geometric mean over the regular and the recursive schemas apart.
 
     pip install torch==2.13.0 && pip install xgrammar llguidance outlines-core   # optional peers
-    python bench/json_schema.py [--quick] [--vocab sentencepiece-32k] [--repeats 3]
+    python bench/json_schema.py [--quick] [--vocab tekken-131k] [--repeats 3] [--schemas NAME ...]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import time
 
-import numpy as np
-
-_HERE = __file__.rsplit("/", 1)[0]
-sys.path[:0] = [_HERE, f"{_HERE}/../tests"]
-from common import encoders, llguidance_tokenizer, llguidance_walk, load_vocabularies, machine, ours_per_token, xgrammar_info, xgrammar_walk
-from json_schemas import EXAMPLES, RECURSIVE, REGULAR
+from harness import (
+    Table,
+    corpus,
+    encoders,
+    llguidance_tokenizer,
+    llguidance_walk,
+    load_vocabularies,
+    ours_per_token,
+    outlines_vocabulary,
+    outlines_walk,
+    parse,
+    parser,
+    record,
+    xgrammar_info,
+    xgrammar_walk,
+)  # fmt: skip
 
 import ananke_jax as aj
 
 OURS = "ananke_jax"
-SCHEMAS = {**REGULAR, **RECURSIVE}
-QUICK = ("weather_call", "person", "tags", "tree")  # a peer refuses tags; tree is recursive
+CORPUS = corpus("json_schemas")
+SCHEMAS = {**CORPUS["regular"], **CORPUS["recursive"]}
+QUICK = ["weather_call", "person", "tags", "tree"]  # a peer refuses tags; tree is recursive
 WARM_UP = {"type": "object", "properties": {"note": {"type": "string"}, "n": {"type": "number"}}, "required": ["note"]}
 
 
@@ -78,26 +87,12 @@ def _llguidance(vocab, encode):
 def _outlines(vocab, encode):
     import outlines_core
 
-    ids: dict[bytes, list[int]] = {}
-    for i, token in enumerate(vocab.tokens):
-        if i not in vocab.special_token_ids:  # outlines-core keys text tokens by raw bytes; EOS apart
-            ids.setdefault(token, []).append(i)
-    vocabulary = outlines_core.Vocabulary(vocab.eos_token_ids[0], ids)
+    vocabulary = outlines_vocabulary(vocab)
 
     def compile_schema(schema):
         return outlines_core.Index(outlines_core.json_schema.build_regex_from_schema(json.dumps(schema)), vocabulary)
 
-    def walk(index, tokens):
-        guide, mask = outlines_core.Guide(index), np.zeros(-(-vocab.logits_width // 32), np.int32)
-        per_call = []
-        for token in tokens:
-            start = time.perf_counter()
-            guide.write_mask_into(mask.ctypes.data, mask.size, mask.itemsize)
-            guide.advance(token, return_tokens=False)  # raises on a refused token
-            per_call.append(time.perf_counter() - start)
-        return per_call
-
-    return compile_schema, walk
+    return compile_schema, lambda index, tokens: outlines_walk(index, vocab, tokens)
 
 
 def engines(vocab, encode) -> dict:
@@ -131,43 +126,37 @@ def cold_compiles(compilers: dict, schema, repeats: int) -> tuple[dict, dict]:
     return {name: statistics.median(ts) for name, ts in times.items() if ts}, results
 
 
-def _row(label: str, cells, width: int = 14) -> str:
-    return f"{label:<20}" + "".join(f"{c:>{width}}" for c in cells)
-
-
 def _failure(e: Exception) -> str:
     return f"{type(e).__name__}: {' '.join(str(e).split())[:150]}"
 
 
-def compile_table(names: list[str], compilers: dict, repeats: int) -> tuple[dict, list[str]]:
-    """Print the compile seconds per schema and their summaries; return the compiled results."""
-    print(f"\n## cold compile, seconds (median of {repeats})")
-    print(_row("schema", compilers))
+def compile_table(names: list[str], compilers: dict, repeats: int) -> tuple[Table, dict, list[str]]:
+    """The compile seconds per schema and their summaries, the compiled results, the failures."""
+    table = Table(f"cold compile, seconds (median of {repeats})", {"schema": "s", **{f"{e} s": ".3f" for e in compilers}}, "A missing time is a failure (see the notes).")
     seconds, compiled, failures = {}, {}, []
     for name in names:
         seconds[name], compiled[name] = cold_compiles(compilers, SCHEMAS[name], repeats)
-        print(_row(name, [f"{seconds[name][e]:.3f}" if e in seconds[name] else "failed" for e in compilers]), flush=True)
+        table.add(name, *(seconds[name].get(e) for e in compilers))
         failures += [f"{e} compile {name}: {_failure(r)}" for e, r in compiled[name].items() if isinstance(r, Exception)]
     per_engine = {e: [seconds[n][e] for n in names if e in seconds[n]] for e in compilers}
     common = [n for n in names if len(seconds[n]) == len(compilers)]
-    print(_row("median", [f"{statistics.median(ts):.3f}" if ts else "-" for ts in per_engine.values()]))
-    print(_row("sum", [f"{sum(ts):.2f}" for ts in per_engine.values()]))
-    print(_row(f"sum, {len(common)} common", [f"{sum(seconds[n][e] for n in common):.2f}" for e in compilers]))
-    print(_row("compiled", [f"{len(ts)}/{len(names)}" for ts in per_engine.values()]))
-    return compiled, failures
+    table.add("median", *(statistics.median(ts) if ts else None for ts in per_engine.values()))
+    table.add("sum", *(sum(ts) for ts in per_engine.values()))
+    table.add(f"sum, {len(common)} common", *(sum(seconds[n][e] for n in common) for e in compilers))
+    table.add("compiled", *(f"{len(ts)}/{len(names)}" for ts in per_engine.values()))
+    return table, compiled, failures
 
 
-def walk_table(names: list[str], walkers: dict, compiled: dict, encode) -> tuple[dict, list[str]]:
-    """Print mask + advance us/token per schema; return {schema: {engine: seconds/token}}, with
-    ours timed in a scan of the walk ("scan"), of the walk repeated ("loop") and per call (OURS),
-    and the failures."""
+def walk_table(names: list[str], walkers: dict, compiled: dict, encode) -> tuple[Table, dict, list[str]]:
+    """Mask + advance us/token per schema; {schema: {engine: seconds/token}}, with ours timed in
+    a scan of the walk ("scan"), of the walk repeated ("loop") and per call ("call"); failures."""
     peers = [e for e in walkers if e != OURS]
-    print("\n## mask + advance along the example, us/token (mean)")
-    print(_row("schema", ["tokens", "ours scan", "ours loop", "ours call", *peers, "loop/fastest"]))
+    us = {f"{e} us": ".1f" for e in ["ours scan", "ours loop", "ours call", *peers]}
+    table = Table("mask + advance along the example, us/token (mean)", {"schema": "s", "tokens": "d", **us, "loop/fastest peer": ".2f"})
     means, failures = {}, []
     for name in names:
-        tokens = encode(json.dumps(EXAMPLES[name]))
-        means[name] = {}
+        tokens = encode(json.dumps(CORPUS["examples"][name]))
+        means[name] = m = {}
         for engine, walk in walkers.items():
             result = compiled[name].get(engine)
             if result is None or isinstance(result, Exception):
@@ -178,57 +167,64 @@ def walk_table(names: list[str], walkers: dict, compiled: dict, encode) -> tuple
                 failures.append(f"{engine} walk {name}: {_failure(e)}")
                 continue
             if engine == OURS:
-                means[name].update(scan=per_token["scan"], loop=per_token["loop"])
-                per_token = per_token["call"]
-            means[name][engine] = statistics.mean(per_token)
-        m = means[name]
+                m.update(scan=per_token["scan"], loop=per_token["loop"], call=statistics.mean(per_token["call"]))
+            else:
+                m[engine] = statistics.mean(per_token)
         fastest = min((m[p] for p in peers if p in m), default=None)
-        ratio = f"{m['loop'] / fastest:.2f}" if fastest and "loop" in m else "-"
-        print(_row(name, [len(tokens), *(f"{m[e] * 1e6:.1f}" if e in m else "failed" for e in ["scan", "loop", OURS, *peers]), ratio]), flush=True)
-    return means, failures
+        table.add(name, len(tokens), *(m[e] * 1e6 if e in m else None for e in ["scan", "loop", "call", *peers]), m["loop"] / fastest if fastest and "loop" in m else None)
+    return table, means, failures
 
 
-def walk_summary(group: str, names: list[str], means: dict, peers: list[str]) -> None:
-    """Print the mean us/token of each engine over a group's schemas, and ours (in a loop, in one
-    scan, per call) over the fastest peer."""
-    cells = []
-    for engine in ["scan", "loop", OURS, *peers]:
-        us = [means[n][engine] * 1e6 for n in names if engine in means[n]]
-        cells.append(f"{statistics.mean(us):.1f} ({len(us)})" if us else "-")
-    print(_row(f"{group} ({len(names)})", ["", *cells]))
-    for ours in ("loop", "scan", OURS):
-        ratios = []
-        for n in names:
-            fastest = min((means[n][p] for p in peers if p in means[n]), default=None)
-            if fastest and ours in means[n]:
-                ratios.append(means[n][ours] / fastest)
-        if ratios:
-            print(f"{'':<20}ours({'call' if ours == OURS else ours})/fastest peer: geometric mean {statistics.geometric_mean(ratios):.2f}, range {min(ratios):.2f}-{max(ratios):.2f} over {len(ratios)} schemas")
+def _mean(values: list[float]):
+    return statistics.mean(values) if values else None
+
+
+def group_tables(names: list[str], means: dict, peers: list[str]) -> list[Table]:
+    """Per group of schemas (regular, recursive): each engine's mean us/token, and ours (in a
+    loop, in one scan, per call) over the fastest peer."""
+    ours = ["scan", "loop", "call"]
+    mean_us = Table(
+        "mean us/token over the schemas of each group",
+        {"group": "s", "schemas": "d", **{f"ours {e} us": ".1f" for e in ours}, **{f"{e} us": ".1f" for e in peers}},
+        "Each engine's mean over the schemas it walked (a failed one is left out: see the notes).",
+    )
+    rows = []
+    for group in ("regular", "recursive"):
+        members = [n for n in names if n in CORPUS[group]]
+        mean_us.add(group, len(members), *(_mean([means[n][e] * 1e6 for n in members if e in means[n]]) for e in ours + peers))
+        for mode in ours:
+            rs = []
+            for n in members:
+                fastest = min((means[n][p] for p in peers if p in means[n]), default=None)
+                if fastest and mode in means[n]:
+                    rs.append(means[n][mode] / fastest)
+            if rs:
+                rows.append([group, mode, statistics.geometric_mean(rs), min(rs), max(rs), len(rs)])
+    ratios = Table("ours / the fastest peer, per schema: geometric mean and range", {"group": "s", "ours": "s", "geometric mean": ".2f", "min": ".2f", "max": ".2f", "schemas": "d"})
+    for row in rows:
+        ratios.add(*row)
+    return [mean_us, ratios]
 
 
 def main():
     vocabs = load_vocabularies()
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}, one repeat")
-    parser.add_argument("--vocab", choices=sorted(vocabs), default="tekken-131k")
-    parser.add_argument("--repeats", type=int, default=3, help="cold compiles per schema and engine")
-    args = parser.parse_args()
+    p = parser(__doc__)
+    p.add_argument("--vocab", choices=sorted(vocabs), default="tekken-131k")
+    p.add_argument("--repeats", type=int, default=3, help="cold compiles per schema and engine")
+    p.add_argument("--schemas", nargs="+", choices=list(SCHEMAS), default=list(SCHEMAS))
+    args = parse(p, schemas=QUICK, repeats=1)
     vocab, encode = vocabs[args.vocab], encoders()[args.vocab]
-    names = list(QUICK) if args.quick else list(SCHEMAS)
-    print(f"# machine: {machine()}\n# vocabulary: {args.vocab}, {len(names)} schemas")
+    print(f"# vocabulary: {args.vocab}, {len(args.schemas)} schemas")
     found = engines(vocab, encode)
     compilers = {name: compile_schema for name, (compile_schema, _) in found.items()}
     for compile_schema in compilers.values():
         compile_schema(WARM_UP)
-    compiled, failures = compile_table(names, compilers, 1 if args.quick else args.repeats)
-    means, walk_failures = walk_table(names, {name: walk for name, (_, walk) in found.items()}, compiled, encode)
-    peers = [e for e in found if e != OURS]
-    print("\n## mean us/token over the schemas each engine walked (how many)")
-    print(_row("group", ["", "ours scan", "ours loop", "ours call", *peers]))
-    for group, members in (("regular", REGULAR), ("recursive", RECURSIVE)):
-        walk_summary(group, [n for n in names if n in members], means, peers)
-    print("\n## failures")
-    print("\n".join(failures + walk_failures) or "none")
+    compiles, compiled, failures = compile_table(args.schemas, compilers, args.repeats)
+    walks, means, walk_failures = walk_table(args.schemas, {name: walk for name, (_, walk) in found.items()}, compiled, encode)
+    groups = group_tables(args.schemas, means, [e for e in found if e != OURS])
+    notes = [f"failure: {f}" for f in failures + walk_failures]
+    print("\n## failures\n" + ("\n".join(notes) or "none"))
+    record("json_schema", args, {"tables": [*groups, compiles, walks], "notes": notes})
 
 
 if __name__ == "__main__":

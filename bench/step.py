@@ -1,33 +1,31 @@
 """Constrained vs unconstrained decode step inside a jitted `lax.scan`, side by side.
 
-Prints, per batch size, the time of a 64-step scan that samples from model-sized logits with
-and without the constraint (same sampler, same logits), their ratio, and then the compile time
-and table bytes of the test regexes against both real vocabularies.
+Per batch size, a 64-step jitted `lax.scan` samples (temperature 1) from model-sized logits
+(131,072 wide) with and without a regex constraint, same sampler and logits, the two taken in
+turn (median of the repeats); the ratio is constrained / unconstrained. Then the compile time of
+the test regexes (grammars/regexes.json) and the largest table bytes, against both real
+vocabularies.
 
-    python bench/step.py [--batches 1 8 64] [--steps 64] [--repeats 7]
+    python bench/step.py [--quick] [--batches 1 8 64] [--steps 64] [--repeats 7]
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
+import statistics
 import time
 
 import jax
 import jax.numpy as jnp
+from harness import Table, corpus, interleaved_medians, load_vocabularies, parse, parser, record
 
-_HERE = __file__.rsplit("/", 1)[0]
-sys.path[:0] = [_HERE, f"{_HERE}/../tests"]
-from common import interleaved_medians, load_vocabularies, machine  # noqa: E402
-
-import ananke_jax as aj  # noqa: E402
+import ananke_jax as aj
 
 STEP_REGEX = r'\{"name": "[A-Za-z ]{1,40}", "email": "[a-z0-9.]+@[a-z0-9]+\.[a-z]{2,4}", "age": (0|[1-9]\d{0,2})\}'
 LOGIT_BANK = 4  # distinct logit arrays cycled through, standing in for a model's output
 
 
 def scans(cg: aj.RegularGrammar, batch: int, steps: int, params: aj.SamplingParams):
-    """Two jitted functions: an unconstrained and a constrained 64-step sampling scan."""
+    """Two jitted functions of (logit bank, key): an unconstrained and a constrained sampling scan."""
     sample = jax.vmap(lambda logits, key: aj.sample(logits, key, params))
     step = jax.vmap(lambda s, logits, key: aj.constrained_step(cg, s, logits, key, params))
 
@@ -53,52 +51,61 @@ def scans(cg: aj.RegularGrammar, batch: int, steps: int, params: aj.SamplingPara
     return unconstrained, constrained
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64])
-    parser.add_argument("--steps", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    args = parser.parse_args()
-    vocabs = load_vocabularies()
-    print(f"# machine: {machine()}")
+def timed_scans(fns: dict, bank, repeats: int) -> dict[str, float]:
+    """Median seconds per call of each scan of ``fns`` (compiled first), taken in turn."""
+    key = jax.random.key(1)
+    for fn in fns.values():
+        fn(bank, key).block_until_ready()
+    return interleaved_medians({name: lambda fn=fn: fn(bank, key).block_until_ready() for name, fn in fns.items()}, repeats)
 
-    vocab = vocabs["tekken-131k"]
+
+def step_table(vocab: aj.Vocabulary, args) -> Table:
     cg = aj.compile_regex(STEP_REGEX, vocab)
     params = aj.SamplingParams(temperature=args.temperature)
-    print(f"\n## step: {args.steps}-step jitted lax.scan, vocabulary {len(vocab):,}, regex {STEP_REGEX!r}")
-    print(f"{'batch':>5} {'unconstrained ms':>17} {'constrained ms':>15} {'ratio':>6} {'us/token (constr.)':>19}")
+    table = Table(
+        f"{args.steps}-step jitted lax.scan, vocabulary {len(vocab):,}, median of {args.repeats} (ms per scan)",
+        {"batch": "d", "unconstrained ms": ".2f", "constrained ms": ".2f", "ratio": ".3f", "us/token constrained": ".2f"},
+        f"Regex `{STEP_REGEX}`.",
+    )
     for batch in args.batches:
         bank = jax.random.normal(jax.random.key(0), (LOGIT_BANK, batch, vocab.logits_width))
         unconstrained, constrained = scans(cg, batch, args.steps, params)
-        key = jax.random.key(1)
-        for fn in (unconstrained, constrained):
-            fn(bank, key).block_until_ready()
-        t = interleaved_medians(
-            {"u": lambda: unconstrained(bank, key).block_until_ready(), "c": lambda: constrained(bank, key).block_until_ready()},
-            args.repeats,
-        )
-        per_token = t["c"] / (args.steps * batch) * 1e6
-        print(f"{batch:>5} {t['u'] * 1e3:>17.2f} {t['c'] * 1e3:>15.2f} {t['c'] / t['u']:>6.3f} {per_token:>19.2f}")
+        t = timed_scans({"u": unconstrained, "c": constrained}, bank, args.repeats)
+        table.add(batch, t["u"] * 1e3, t["c"] * 1e3, t["c"] / t["u"], t["c"] / (args.steps * batch) * 1e6)
+    return table
 
-    from oracles import REGEXES
 
-    print(f"\n## compile: {len(REGEXES)} test regexes (median / max ms; largest tables)")
-    for name, v in vocabs.items():
+def compile_table(vocabs: dict) -> Table:
+    regexes = corpus("regexes")
+    table = Table(
+        f"compile: the {len(regexes)} test regexes, and the step's regex ({len(STEP_REGEX)} chars)",
+        {"vocabulary": "s", "median ms": ".1f", "max ms": ".1f", "largest tables MB": ".2f", "step regex ms": ".1f", "first compile ms": ".0f"},
+        "A vocabulary's first compile also builds its caches (token ids, byte trie): timed apart, before the others.",
+    )
+    for name, vocab in vocabs.items():
         start = time.perf_counter()
-        aj.compile_regex("warm", v)  # a vocabulary's first compile caches its token ids and byte trie
-        print(f"{name:>18}: warm-up compile (builds the per-vocabulary caches unless the step did): {(time.perf_counter() - start) * 1e3:.0f} ms")
+        aj.compile_regex("warm", vocab)
+        first = time.perf_counter() - start
         times, sizes = [], []
-        for pattern in REGEXES:
+        for pattern in [*regexes, STEP_REGEX]:
             start = time.perf_counter()
-            g = aj.compile_regex(pattern, v)
+            sizes.append(aj.compile_regex(pattern, vocab).table_bytes)
             times.append(time.perf_counter() - start)
-            sizes.append(g.table_bytes)
-        times.sort()
-        print(f"{name:>18}: median {times[len(times) // 2] * 1e3:.1f} ms, max {times[-1] * 1e3:.1f} ms, tables max {max(sizes) / 1e6:.2f} MB")
-        start = time.perf_counter()
-        g = aj.compile_regex(STEP_REGEX, v)
-        print(f"{'':>18}  step regex ({len(STEP_REGEX)} chars): {(time.perf_counter() - start) * 1e3:.1f} ms, {g}")
+        step = times.pop()
+        table.add(name, statistics.median(times) * 1e3, max(times) * 1e3, max(sizes[:-1]) / 1e6, step * 1e3, first * 1e3)
+    return table
+
+
+def main():
+    p = parser(__doc__)
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64])
+    p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--temperature", type=float, default=1.0)
+    args = parse(p, batches=[1, 8], repeats=3)
+    vocabs = load_vocabularies()
+    compiles = compile_table(vocabs)  # first: a vocabulary's first compile is timed apart
+    record("step", args, {"tables": [step_table(vocabs["tekken-131k"], args), compiles]})
 
 
 if __name__ == "__main__":

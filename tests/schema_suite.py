@@ -9,17 +9,18 @@ the compiled language fixes one, so every order of each object's keys is tried; 
 written in fixed-point notation, integral ones also without fraction. A valid instance must have
 an accepted spelling after which EOS is allowed; an invalid one must have none.
 
-Run ``python tests/schema_suite.py`` for the pass-rate table of the README.
+Run ``python tests/schema_suite.py`` for the pass-rate table; ``python bench/json_schema_suite.py``
+records it for docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
+import argparse
 import decimal
 import functools
 import json
 import os
 import pathlib
-import sys
 
 import numpy as np
 import pytest
@@ -189,17 +190,36 @@ def results(path: pathlib.Path):
             yield group["description"], test["description"], "pass" if ok else "fail"
 
 
+COLUMNS = ["keyword", "cases", "pass", "fail", "unsupported", "out of scope (pass / fail)"]
+
+
+def table_row(keyword: str, path: pathlib.Path) -> list:
+    """The keyword group's row of the pass-rate table (``COLUMNS``)."""
+    outcomes = [(o, (keyword, g) in OUT_OF_SCOPE) for g, _, o in results(path)]
+    scoped = [o for o, out in outcomes if not out]
+    counts = [sum(o == "pass" for o in scoped), sum(o == "fail" for o in scoped), sum(o.startswith("unsupported") for o in scoped)]
+    out = [o for o, out in outcomes if out]
+    apart = f"{len(out)} ({sum(o == 'pass' for o in out)} / {sum(o == 'fail' for o in out)})" if out else "0"
+    return [keyword, len(scoped), *counts, apart]
+
+
 def main() -> None:
-    print("| keyword | cases | pass | fail | unsupported | out of scope (pass / fail) |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    parser = argparse.ArgumentParser(description="Print the pass-rate table per keyword group.")
+    parser.add_argument("--keywords", nargs="+", help="only these groups (e.g. type format:date)")
+    parser.add_argument("--json", metavar="PATH", help="also write the table there as JSON (bench/json_schema_suite.py records it)")
+    args = parser.parse_args()
+    if not DRAFT.is_dir():
+        parser.error(f"JSON Schema Test Suite not found at {SUITE} (set JSON_SCHEMA_TEST_SUITE)")
+    print("| " + " | ".join(COLUMNS) + " |\n" + "| --- " * len(COLUMNS) + "|")
+    rows = []
     for keyword, path in suite_files():
-        outcomes = [(o, (keyword, g) in OUT_OF_SCOPE) for g, _, o in results(path)]
-        scoped = [o for o, out in outcomes if not out]
-        counts = [sum(o == "pass" for o in scoped), sum(o == "fail" for o in scoped), sum(o.startswith("unsupported") for o in scoped)]
-        out = [o for o, out in outcomes if out]
-        apart = f"{len(out)} ({sum(o == 'pass' for o in out)} / {sum(o == 'fail' for o in out)})" if out else "0"
-        print(f"| {keyword} | {len(scoped)} | {counts[0]} | {counts[1]} | {counts[2]} | {apart} |")
-        sys.stdout.flush()
+        if not args.keywords or keyword in args.keywords:
+            rows.append(table_row(keyword, path))
+            print("| " + " | ".join(map(str, rows[-1])) + " |", flush=True)
+    if args.json:
+        source = SUITE / "SOURCE.txt"
+        source = source.read_text(encoding="utf-8").splitlines()[0] if source.exists() else None
+        pathlib.Path(args.json).write_text(json.dumps({"source": source, "columns": COLUMNS, "rows": rows}), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ the IR (earley.py). Lark's dynamic lexer only tries prefixes of each regex's *pr
 """
 
 import itertools
+import json
 import pathlib
 import random
 import re
@@ -28,111 +29,10 @@ from ananke_jax._src.ir import Grammar
 
 GRAMMARS_DIR = pathlib.Path(__file__).resolve().parent.parent / "grammars"
 
-GRAMMAR_EXAMPLES = {
-    "json.gbnf": [
-        '{"name": "Ada", "age": 36, "tags": ["math", "poetry"], "alive": false, "spouse": null}',
-        "[1, -0.5, 2e10, 3.25E-3, 0, {\"a\": {\"b\": []}}]",
-        r'"caf\u00e9 \"quoted\" \\ \/ \n é 😀"',
-        '{\n  "nested": {\n    "list": [true, false, null],\n    "empty": {}\n  }\n}\n',
-        "-12.75e+2",
-    ],
-    "json.lark": [
-        '{"name": "Ada", "age": 36, "tags": ["math", "poetry"], "alive": false, "spouse": null}',
-        "[1, -0.5, 2e10, 3.25E-3, 0, {\"a\": {\"b\": []}}]",
-        r'"caf\u00e9 \"quoted\" \\ \/ \n é 😀"',
-        '  {\n  "nested": {\n    "list": [true, false, null],\n    "empty": {}\n  }\n}\n',
-        "-12.75e+2",
-    ],
-    "gsm8k.gbnf": [
-        '{"thoughts": [{"step": "Add the apples", "calculation": "2 + 3", "result": 5}], "answer": 5}',
-        '{"thoughts":[{"step":"a","calculation":"b","result":-1.5e3},{"step":"c","calculation":"d","result":0}],"answer":0.25}',
-        '{\n    "thoughts": [\n        {\n            "step": "Find the distance between the first and second stops",\n'
-        '            "calculation": "60 - 20 - 15",\n            "result": 25\n        },\n        {\n'
-        '            "step": "Find the distance between the first and second stops",\n'
-        '            "calculation": "25 + 15",\n            "result": 40\n        }\n    ],\n    "answer": 40\n}',
-        '\n{ "thoughts": [ { "step": "Say \\"hi\\"", "calculation": "\\u0031 + 1", "result": 2 } ] , "answer": 2 }\n',
-    ],
-    "c_subset.gbnf": [
-        "int main(){return 0;}",
-        "int add(int a){return a+1;}",
-        "float f(){float x=1;while(x<10) {x=x*2;}return x;}",
-        'int main(){int a[10];sum=0;for(i=0; i<10; i=i+1){sum=sum+i;}if(sum==45){print("ok\\n");}else{print(sum);} // done\n'
-        "/* multi\n   line */return -sum/(2-1);}",
-        "int sq(int x){return x*x;}int main(){return sq(3)-sq(2);}",
-    ],
-    "xml_person.gbnf": [
-        "<person><name>John Smith</name><age>42</age><job><title>Engineer</title><salary>100000</salary></job></person>",
-        "<person>\n  <name>Jane Doe</name>\n  <age>35</age>\n  <job>\n    <title>Doctor</title>\n    <salary>200000</salary>\n"
-        "  </job>\n  <friends>\n<person><name>Bob</name><age>30</age><job><title>Chef</title><salary>50000</salary></job></person>"
-        "<person><name>Eve</name><age>29</age><job><title>Pilot</title><salary>90000</salary></job></person>\n  </friends>\n</person>",
-        "<person> <name>Ω Ünïcödé</name><age>unknown</age><job><title>?</title><salary>n/a</salary></job></person>",
-        "<person><name>A</name><age>1</age><job><title>B</title><salary>2</salary></job><friends><person><name>C</name><age>3</age>"
-        "<job><title>D</title><salary>4</salary></job><friends><person><name>E</name><age>5</age><job><title>F</title>"
-        "<salary>6</salary></job></person></friends></person></friends></person>",
-    ],
-    "rpg.gbnf": [
-        '{"id":1,"description":"A nimble fighter","name":"Aria","age":27,"armor":"leather","weapon":"bow","class":"ranger",'
-        '"mantra":"Swift as wind","strength":12,"items":["rope","dagger","cloak"]}',
-        '{\n  "id": 42,\n  "description": "A nimble fighter",\n  "name": "Borin",\n  "age": 130,\n  "armor": "plate",\n'
-        '  "weapon": "axe",\n  "class": "fighter",\n  "mantra": "Stone endures",\n  "strength": 18,\n'
-        '  "items": ["shield", "ale", "map"]\n}',
-        '{"id":7,"description":"A nimble fighter","name":"Kai","age":19,"armor":"chainmail","weapon":"sword","class":"rogue",'
-        '"mantra":"Never again","strength":10,"items":["a","b","c"]}',
-        '{ "id" : 0 , "description" : "A nimble fighter" , "name" : "X" , "age" : 0 , "armor" : "leather" , "weapon" : "sword" ,'
-        ' "class" : "Y" , "mantra" : "Z" , "strength" : 0 , "items" : [ "1" , "2" , "3" ] }',
-    ],
-    "arithmetic.lark": ["1 + 2 * 3", "(a - b) / -c", "-(-x)", "3.5 * (2 + y1) - 4 / 2", "x", "((((1))))"],
-    "sql_select.lark": [
-        "SELECT * FROM users",
-        "select name, age FROM people WHERE age >= 18 AND name <> 'bob' ORDER BY age DESC LIMIT 10;",
-        "SELECT u.name AS n, COUNT(*) FROM users u WHERE (u.age < 30 OR u.age > 60) AND u.city = 'Paris' ORDER BY n, u.age ASC",
-        "Select id From t Where score = -1.5 Or note != 'it\\'s' Limit 5",
-        "SELECT max(price) total FROM items AS i",
-    ],
-    "markdown_list.gbnf": [
-        "- one\n- two\n- three\n",
-        "1. First with `code`\n2. Second with **bold** and *em*\n  - nested [link](http://x.y/z)\n    * deeper [a [b] c](url)\n",
-        "* item\n  + sub\n  + sub2\n* item2\n",
-        "- see [docs](https://example.com/docs) now (really)\n- \n",
-    ],
-}
-
-GRAMMAR_COUNTEREXAMPLES = {
-    "json.gbnf": ['{"a": 01}', '{"a": 1,}', '["unterminated]', "{'a': 1}", "[1 2]", '"tab\there"', "nul", " 1"],
-    "json.lark": ['{"a": 01}', '{"a": 1,}', '["unterminated]', "{'a': 1}", "[1 2]", '"tab\there"', "nul"],
-    "gsm8k.gbnf": [
-        '{"thoughts": [{"step": "a", "calculation": "b", "result": 1}]}',
-        '{"thoughts": [], "answer": 5}',
-        '{"thoughts": [{"step": "a", "calculation": "b", "result": 1}], "answer": "5"}',
-        '{"thoughts": [{"step": "a", "result": 1}], "answer": 5}',
-    ],
-    "c_subset.gbnf": ["int main(){return 0}", "main(){}", "int main(){x=;}", "int main(){if(x){}}", "int main(){return a + 1;}"],
-    "xml_person.gbnf": [
-        "<person><name>A</name><job><title>B</title><salary>2</salary></job></person>",
-        "<person><name></name><age>1</age><job><title>B</title><salary>2</salary></job></person>",
-        "<person><name>A</name><age>1</age><job><title>B</title><salary>2</salary></job><friends></friends></person>",
-        "<person><name>A</name><age>1</age><job><title>B</title><salary>2</salary></job></person> ",
-    ],
-    "rpg.gbnf": [
-        '{"id":1,"description":"A brave fighter","name":"A","age":2,"armor":"plate","weapon":"bow","class":"c",'
-        '"mantra":"m","strength":3,"items":["x","y","z"]}',
-        '{"id":1,"description":"A nimble fighter","name":"A","age":2,"armor":"mithril","weapon":"bow","class":"c",'
-        '"mantra":"m","strength":3,"items":["x","y","z"]}',
-        '{"id":1,"description":"A nimble fighter","name":"A","age":2,"armor":"plate","weapon":"bow","class":"c",'
-        '"mantra":"m","strength":3,"items":["x","y"]}',
-        '{"id":1,"description":"A nimble fighter","name":"","age":2,"armor":"plate","weapon":"bow","class":"c",'
-        '"mantra":"m","strength":3,"items":["x","y","z"]}',
-    ],
-    "arithmetic.lark": ["1 +", "(1 + 2", "* 3", "1 2", "a b", ""],
-    "sql_select.lark": [
-        "SELECT FROM t",
-        "SELECT * FROM",
-        "SELECT * FROM t WHERE a = 1 AND",
-        "SELECT * FROM t LIMIT x",
-        "SELECT * FROM t WHERE a = 'open",
-    ],
-    "markdown_list.gbnf": ["-no space\n", "- a\n      - too deep\n", "- unclosed `code\n", "- a", "- [a [b](u)\n", "  - indented first\n"],
-}
+# Per grammar file: example outputs in its language and counterexamples outside it (shared with bench/).
+_EXAMPLES = json.loads((GRAMMARS_DIR / "examples.json").read_text(encoding="utf-8"))
+GRAMMAR_EXAMPLES = {name: e["examples"] for name, e in _EXAMPLES.items()}
+GRAMMAR_COUNTEREXAMPLES = {name: e["counterexamples"] for name, e in _EXAMPLES.items()}
 
 
 def load_grammar_file(filename: str) -> Grammar:

@@ -1,0 +1,124 @@
+"""Render docs/benchmarks.md from the records the benchmarks wrote in bench/results/*.json.
+
+The page opens with the method and what each script measures (the first paragraph of its
+docstring), then shows each record under the command that reproduces it: the date, machine,
+commit and versions it was measured with, the rest of the script's docstring, and its tables.
+Nothing on the page is typed by hand.
+
+    python bench/render.py [--results bench/results] [--out docs/benchmarks.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import datetime
+import json
+import pathlib
+import shlex
+
+from harness import RESULTS, ROOT, cell
+
+# The order of the sections; a record of another name comes after these.
+ORDER = ["step", "fusion", "cfg", "json_schema", "json_schema_suite", "generate", "domino"]
+METHOD = """\
+Every figure on this page is the output of a script in `bench/` that anyone can run. Each script
+prints its tables while it measures and writes them to `bench/results/<name>.json` with the date
+(UTC), the machine (CPU, cores, OS, jax backend and device), the git commit (and whether tracked
+files differed from it), the versions of Python, jax, jaxlib, numpy and the peers, and its command
+line; `python bench/render.py` turns those records into this page.
+
+Ratios are measured side by side in one run: the things compared (a constrained and an
+unconstrained step, this library and a peer) take turns inside one process, and the medians of
+their turns are compared. Absolute times drift between minutes on a shared machine; ratios taken
+this way drift much less, so quote ratios. Peers (XGrammar, llguidance, outlines-core) are timed
+only where installed: `pip install ".[bench]"`, after a CPU build of torch (see that extra in
+pyproject.toml). Every script takes `--quick`, a small run (fewer repeats,
+sizes or inputs) that checks it end to end in a minute or two; a quick record is marked below and
+is not a figure to quote. Each record says how long its run took.
+"""
+
+
+def script_docs(bench: pathlib.Path = ROOT / "bench") -> dict[str, list[str]]:
+    """``{script name: paragraphs of its docstring}`` for the benchmarks in ``bench``, each
+    paragraph on one line, the indented usage lines left out."""
+    found = {}
+    for path in sorted(bench.glob("*.py")):
+        if path.stem not in ("harness", "render"):
+            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False) or ""
+            paragraphs = [" ".join(p.split()) for p in doc.split("\n\n") if not p.startswith("    ")]
+            found[path.stem] = [p for p in paragraphs if p]
+    return found
+
+
+def load_records(directory: pathlib.Path) -> dict[str, dict]:
+    """``{name: record}`` for the records in ``directory``."""
+    records = (json.loads(p.read_text(encoding="utf-8")) for p in sorted(directory.glob("*.json")))
+    return {r["name"]: r for r in records}
+
+
+def ordered(names) -> list[str]:
+    rank = {name: i for i, name in enumerate(ORDER)}
+    return sorted(set(names), key=lambda name: (rank.get(name, len(ORDER)), name))
+
+
+def provenance(r: dict) -> str:
+    """One line: when, where, at which commit and with which versions the record was measured."""
+    m, git = r["machine"], r["git"]
+    commit = f"{git['commit']}{' (with uncommitted changes)' if git['dirty'] else ''}" if git["commit"] else "unknown"
+    installed = ", ".join(f"{k} {v}" for k, v in r["versions"].items() if v)
+    absent = ", ".join(k for k, v in r["versions"].items() if not v)
+    date = datetime.datetime.fromisoformat(r["date"]).astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"{date} · {m['cpu']}, {m['cores']} cores, {m['os']}, jax on {m['jax_backend']} ({m['device_kind']}) · "
+        f"commit {commit} · {installed}{f'; not installed: {absent}' if absent else ''} · run took {r['seconds']:.0f} s"
+    )
+
+
+def markdown_table(table: dict) -> str:
+    right = [spec != "s" for spec in table["formats"]]
+    lines = [
+        "| " + " | ".join(table["columns"]) + " |",
+        "| " + " | ".join("---:" if r else "---" for r in right) + " |",
+        *("| " + " | ".join(cell(v, spec).replace("|", "\\|") for v, spec in zip(row, table["formats"])) + " |" for row in table["rows"]),
+    ]
+    return "\n".join(lines)
+
+
+def section(name: str, r: dict | None, doc: list[str]) -> str:
+    """A benchmark's heading and command, the provenance of its record, the rest of its script's
+    docstring, and the record's tables (a placeholder without a record)."""
+    if r is None:
+        return "\n\n".join([f"## {name}: `python bench/{name}.py`", *doc[1:], "_Not measured yet: no record in bench/results/._"])
+    full = shlex.join(a for a in shlex.split(r["command"]) if a != "--quick")
+    parts = [f"## {name}: `{full}`{' (quick run)' if r['quick'] else ''}", f"_{provenance(r)}_", *doc[1:]]
+    if r["quick"]:
+        parts.append(f"**Quick run** (`{r['command']}`): a check that the script works, not a figure to quote; `{full}` gives the full one.")
+    elif full != r["command"]:
+        parts.append(f"Command: `{r['command']}`")
+    for table in r["results"].get("tables", []):
+        parts.append(f"### {table['title']}\n\n{markdown_table(table)}" + (f"\n\n{table['note']}" if table["note"] else ""))
+    if r["results"].get("notes"):
+        parts.append("\n".join(f"- {note}" for note in r["results"]["notes"]))
+    return "\n\n".join(parts)
+
+
+def render(records: dict[str, dict], docs: dict[str, list[str]]) -> str:
+    """The page: the method and what each script measures, then one section per script or record."""
+    method = "\n".join(f"- `bench/{name}.py`: {docs[name][0]}" for name in ordered(docs) if docs[name])
+    sections = [section(name, records.get(name), docs.get(name, [])) for name in ordered([*docs, *records])]
+    header = "# Benchmarks\n\nRendered by `python bench/render.py` from `bench/results/*.json`; do not edit by hand."
+    return "\n\n".join([header, "## Method", METHOD.strip(), method, *sections]) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--results", type=pathlib.Path, default=RESULTS)
+    p.add_argument("--out", type=pathlib.Path, default=ROOT / "docs" / "benchmarks.md")
+    args = p.parse_args()
+    args.out.write_text(render(load_records(args.results), script_docs()), encoding="utf-8")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
