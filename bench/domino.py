@@ -19,11 +19,12 @@ tokens proposed and accepted per model call.
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import jax
 import numpy as np
-from harness import Table, grammar_text, parse, parser, record
+from harness import Table, grammar_text, headline, parse, parser, ratio_figure, record
 
 import ananke_jax as aj
 from ananke_jax import models
@@ -112,6 +113,22 @@ def measure(model, vocab, cg, prompt: list[int], others: list[list[int]], batch:
     return {mode: (float(np.median(rates[mode])), results[mode]) for mode in modes}
 
 
+def headlines(table: Table) -> list[dict]:
+    """The acceleration with the best tokens/s over unconstrained generation's at the smallest
+    batch (geometric mean over the workloads measured)."""
+    batch = min((row[1] for row in table.rows), default=None)
+    by_mode: dict[str, list[float]] = {}
+    for row in table.rows:
+        if row[1] == batch and row[2] in ACCELERATIONS:
+            by_mode.setdefault(row[2], []).append(row[4])
+    if not by_mode:
+        return []
+    best = max(by_mode, key=lambda mode: statistics.geometric_mean(by_mode[mode]))
+    n = len(by_mode[best])
+    what = f"fastest DOMINO acceleration, SmolLM2-135M, batch {batch} ({f'geometric mean over {n} workloads' if n > 1 else '1 workload'})"
+    return [headline(what, f"{ratio_figure(statistics.geometric_mean(by_mode[best]), 'unconstrained tokens/s')} ({best})")]
+
+
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
@@ -142,7 +159,7 @@ def main() -> None:
                 per_call = int(np.asarray(r.lengths).sum()) / max(int(r.stats["model_calls"]), 1) / batch
                 drafted, accepted = int(np.asarray(r.stats["drafted"]).sum()), int(np.asarray(r.stats["accepted"]).sum())
                 table.add(what, batch, mode, rate, rate / base, per_call, accepted / drafted if drafted else None, same)
-    record("domino", args, {"tables": [table]})
+    record("domino", args, {"tables": [table], "headline": headlines(table)})
 
 
 if __name__ == "__main__":

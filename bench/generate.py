@@ -18,7 +18,7 @@ import time
 
 import jax
 import numpy as np
-from harness import Table, grammar_text, parse, parser, record
+from harness import Table, grammar_text, headline, parse, parser, ratio_figure, record
 
 import ananke_jax as aj
 from ananke_jax import models
@@ -56,6 +56,18 @@ def measure(step_fn, params, config, prompt, constraint, vocab, batch, tokens, r
     return np.median(times["constrained"]), np.median(times["free"]), masked / max(emitted, 1)
 
 
+MODEL_NAMES = {"tiny": "a tiny random model", "smollm2": "SmolLM2-135M"}
+
+
+def headlines(table: Table) -> list[dict]:
+    """Constrained / unconstrained tokens/s at the smallest batch, per constraint, with SmolLM2
+    (the tiny random model when SmolLM2 was not run)."""
+    model = "smollm2" if any(row[0] == "smollm2" for row in table.rows) else "tiny"
+    rows = [row for row in table.rows if row[0] == model]
+    batch = min((row[2] for row in rows), default=None)
+    return [headline(f"constrained generation, {row[1]}, {MODEL_NAMES[model]}, batch {batch}", ratio_figure(row[5], "unconstrained tokens/s")) for row in rows if row[2] == batch]
+
+
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64])
@@ -86,7 +98,7 @@ def main() -> None:
             for batch in args.batches:
                 ours, free, rate = measure(step_fn, params, config, prompt, cg, vocab, batch, args.tokens, args.repeats)
                 table.add(name, what, batch, ours * 1e3, free * 1e3, free / ours, rate)
-    record("generate", args, {"tables": [table]})
+    record("generate", args, {"tables": [table], "headline": headlines(table)})
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Every script in bench/ parses its arguments with `parse` (so each has ``--quick``), prints its
 results as `Table` rows while it measures, and ends with `record`, which writes
 ``bench/results/<name>.json``: the tables with the date, machine, commit and versions they were
-measured with. ``python bench/render.py`` turns those records into docs/benchmarks.md.
+measured with, and a script's `headline` rows. ``python bench/render.py`` turns those records into
+docs/benchmarks.md and the README's headline table.
 """
 
 from __future__ import annotations
@@ -112,6 +113,21 @@ def ratio(a, b):
     return a / b if a is not None and b else None
 
 
+def ratio_figure(value, against: str) -> str | None:
+    """A ratio as the text of a headline figure, e.g. ``"1.01x unconstrained"``; None when the
+    ratio is missing."""
+    if value is None:
+        return None
+    return f"{value:.{1 if value >= 10 else 2}f}x {against}"
+
+
+def headline(what: str, figure: str) -> dict:
+    """A row of the README's headline table: what is measured, in a few words, and the figure as
+    short text (``"1.01x unconstrained"``, ``"0.80x llguidance (JSON, 131k)"``). A script lists
+    its rows under ``"headline"`` in the results it records."""
+    return {"what": what, "figure": figure}
+
+
 class Table:
     """Rows of results under named columns, printed as they are added, stored in the record and
     rendered in docs/benchmarks.md.
@@ -208,8 +224,9 @@ def record(name: str, args: argparse.Namespace, results: dict, directory: pathli
     Args:
         name: the record's name, by convention the script's.
         args: the parsed command line (``args.quick`` marks a quick run).
-        results: ``{"tables": [Table, ...]}`` and optionally ``"notes": [str, ...]``: lists,
-            their `Table` values written as dicts.
+        results: ``{"tables": [Table, ...]}`` and optionally ``"notes": [str, ...]`` and
+            ``"headline": [headline(...), ...]`` (the rows bench/render.py puts in the README's
+            headline table): lists, their `Table` values written as dicts.
     """
     seconds = time.perf_counter() - _START
     data = {
@@ -224,6 +241,8 @@ def record(name: str, args: argparse.Namespace, results: dict, directory: pathli
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.json"
     path.write_text(_dumps(data) + "\n", encoding="utf-8")
+    for row in data["results"].get("headline", []):
+        print(f"# headline: {row['what']}: {row['figure']}")
     print(f"\n# took {seconds:.0f} s; wrote {os.path.relpath(path)}")
     return path
 

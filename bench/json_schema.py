@@ -36,6 +36,7 @@ from harness import (
     Table,
     corpus,
     encoders,
+    headline,
     llguidance_tokenizer,
     llguidance_walk,
     load_vocabularies,
@@ -44,6 +45,7 @@ from harness import (
     outlines_walk,
     parse,
     parser,
+    ratio_figure,
     record,
     xgrammar_info,
     xgrammar_walk,
@@ -179,6 +181,16 @@ def _mean(values: list[float]):
     return statistics.mean(values) if values else None
 
 
+def peer_ratios(names: list[str], means: dict, peers: list[str], mode: str) -> list[float]:
+    """Ours (``mode``: scan, loop or call) / the fastest peer, per schema that both walked."""
+    rs = []
+    for n in names:
+        fastest = min((means[n][p] for p in peers if p in means[n]), default=None)
+        if fastest and mode in means[n]:
+            rs.append(means[n][mode] / fastest)
+    return rs
+
+
 def group_tables(names: list[str], means: dict, peers: list[str]) -> list[Table]:
     """Per group of schemas (regular, recursive): each engine's mean us/token, and ours (in a
     loop, in one scan, per call) over the fastest peer."""
@@ -193,17 +205,37 @@ def group_tables(names: list[str], means: dict, peers: list[str]) -> list[Table]
         members = [n for n in names if n in CORPUS[group]]
         mean_us.add(group, len(members), *(_mean([means[n][e] * 1e6 for n in members if e in means[n]]) for e in ours + peers))
         for mode in ours:
-            rs = []
-            for n in members:
-                fastest = min((means[n][p] for p in peers if p in means[n]), default=None)
-                if fastest and mode in means[n]:
-                    rs.append(means[n][mode] / fastest)
+            rs = peer_ratios(members, means, peers, mode)
             if rs:
                 rows.append([group, mode, statistics.geometric_mean(rs), min(rs), max(rs), len(rs)])
     ratios = Table("ours / the fastest peer, per schema: geometric mean and range", {"group": "s", "ours": "s", "geometric mean": ".2f", "min": ".2f", "max": ".2f", "schemas": "d"})
     for row in rows:
         ratios.add(*row)
     return [mean_us, ratios]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g}"
+
+
+def headlines(names: list[str], compiles: Table, means: dict, engines: list[str], vocab: str) -> list[dict]:
+    """The median cold compile, ours against XGrammar's; ours in a jitted loop over the fastest
+    peer per token, geometric mean and range over the schemas."""
+    medians = dict(zip(engines, next(row for row in compiles.rows if row[0] == "median")[1:]))
+    ours, xgr, rows = medians[OURS], medians.get("xgrammar"), []
+    what = f"JSON Schema cold compile, median over {len(names)} schema{'s' if len(names) > 1 else ''} ({vocab.rsplit('-', 1)[-1]} vocabulary)"
+    if ours is not None and xgr:
+        rows.append(headline(what, f"{ratio_figure(ours / xgr, 'XGrammar')} ({_ms(ours)} vs {_ms(xgr)} ms)"))
+    elif ours is not None:
+        rows.append(headline(what, f"{_ms(ours)} ms (XGrammar not installed)"))
+    peers = [e for e in engines if e != OURS]
+    what = "JSON Schema: mask + advance per token in a jitted decode loop vs the fastest peer"
+    rs = peer_ratios(names, means, peers, "loop")
+    if rs:
+        rows.append(headline(what, f"{ratio_figure(statistics.geometric_mean(rs), 'fastest peer')} (geometric mean, {min(rs):.2f}-{max(rs):.2f}x over {len(rs)} schemas)"))
+    else:
+        rows.append(headline(what, "no peer installed" if not peers else "no schema walked by ours and a peer"))
+    return rows
 
 
 def main():
@@ -224,7 +256,8 @@ def main():
     groups = group_tables(args.schemas, means, [e for e in found if e != OURS])
     notes = [f"failure: {f}" for f in failures + walk_failures]
     print("\n## failures\n" + ("\n".join(notes) or "none"))
-    record("json_schema", args, {"tables": [*groups, compiles, walks], "notes": notes})
+    heads = headlines(args.schemas, compiles, means, list(found), args.vocab)
+    record("json_schema", args, {"tables": [*groups, compiles, walks], "notes": notes, "headline": heads})
 
 
 if __name__ == "__main__":

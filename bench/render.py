@@ -5,7 +5,11 @@ docstring), then shows each record under the command that reproduces it: the dat
 commit and versions it was measured with, the rest of the script's docstring, and its tables.
 Nothing on the page is typed by hand.
 
-    python bench/render.py [--results bench/results] [--out docs/benchmarks.md]
+The README's headline table, between its lines `<!-- headline:begin -->` and
+`<!-- headline:end -->`, is rendered too: the "headline" rows of each record, each with the date,
+machine and commit it was measured at and the command that measures it.
+
+    python bench/render.py [--results bench/results] [--out docs/benchmarks.md] [--readme README.md]
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import ast
 import datetime
 import json
 import pathlib
+import re
 import shlex
 
 from harness import RESULTS, ROOT, cell
@@ -111,13 +116,67 @@ def render(records: dict[str, dict], docs: dict[str, list[str]]) -> str:
     return "\n\n".join([header, "## Method", METHOD.strip(), method, *sections]) + "\n"
 
 
+BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
+NO_HEADLINE = "_No benchmark has been recorded yet: run the scripts in bench/ and python bench/render.py._"
+_ARCH = re.compile(r"x86_64|amd64|aarch64|arm64|i686|ppc64le|s390x", re.IGNORECASE)
+
+
+def short_machine(m: dict) -> str:
+    """The machine in a few words: the accelerator's name, or the CPU's architecture and cores."""
+    if m["jax_backend"] != "cpu":
+        return m["device_kind"]
+    arch = _ARCH.search(m["os"])
+    return f"{arch.group(0) if arch else m['cpu']} {m['cores']}-core CPU (jax cpu)"
+
+
+def short_provenance(r: dict) -> str:
+    """``date · machine · commit``, and "(quick run)" for a quick record."""
+    git = r["git"]
+    commit = f"{git['commit']}{' (modified)' if git['dirty'] else ''}" if git["commit"] else "commit unknown"
+    date = datetime.datetime.fromisoformat(r["date"]).astimezone(datetime.timezone.utc).strftime("%Y-%m-%d")
+    return f"{date} · {short_machine(r['machine'])} · {commit}{' (quick run)' if r['quick'] else ''}"
+
+
+def headline_table(records: dict[str, dict]) -> str:
+    """The README's headline table: the records' "headline" rows in the order of the sections, or
+    a line saying that none is recorded."""
+    rows = [
+        "| " + " | ".join([row["what"].replace("|", "\\|"), row["figure"].replace("|", "\\|"), short_provenance(r), f"`{r['command']}`".replace("|", "\\|")]) + " |"
+        for r in (records[name] for name in ordered(records))
+        for row in r["results"].get("headline", [])
+    ]
+    if not rows:
+        return NO_HEADLINE
+    return "\n".join(["| what | figure | measured (date · machine · commit) | command |", "| --- | --- | --- | --- |", *rows])
+
+
+def with_headline(readme: str, records: dict[str, dict]) -> str:
+    """``readme`` with the lines between its headline markers replaced by `headline_table`.
+
+    Raises:
+        ValueError: if the markers are not there, each on a line of its own, once and in order.
+    """
+    lines = readme.split("\n")
+    if lines.count(BEGIN) != 1 or lines.count(END) != 1 or lines.index(BEGIN) > lines.index(END):
+        raise ValueError(f"the README must have the lines {BEGIN} and {END}, once each and in this order")
+    begin, end = lines.index(BEGIN), lines.index(END)
+    return "\n".join([*lines[: begin + 1], "", headline_table(records), "", *lines[end:]])
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", type=pathlib.Path, default=RESULTS)
     p.add_argument("--out", type=pathlib.Path, default=ROOT / "docs" / "benchmarks.md")
+    p.add_argument("--readme", type=pathlib.Path, default=ROOT / "README.md", help="the README whose headline table is rewritten")
     args = p.parse_args()
-    args.out.write_text(render(load_records(args.results), script_docs()), encoding="utf-8")
+    records = load_records(args.results)
+    args.out.write_text(render(records, script_docs()), encoding="utf-8")
     print(f"wrote {args.out}")
+    readme = args.readme.read_text(encoding="utf-8")
+    updated = with_headline(readme, records)
+    if updated != readme:
+        args.readme.write_text(updated, encoding="utf-8")
+        print(f"wrote the headline table of {args.readme}")
 
 
 if __name__ == "__main__":

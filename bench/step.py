@@ -16,7 +16,7 @@ import time
 
 import jax
 import jax.numpy as jnp
-from harness import Table, corpus, interleaved_medians, load_vocabularies, parse, parser, record
+from harness import Table, corpus, headline, interleaved_medians, load_vocabularies, parse, parser, ratio_figure, record
 
 import ananke_jax as aj
 
@@ -96,6 +96,12 @@ def compile_table(vocabs: dict) -> Table:
     return table
 
 
+def headlines(table: Table) -> list[dict]:
+    """The constrained / unconstrained step ratio at the smallest batch and at the largest."""
+    rows = sorted(table.rows, key=lambda row: row[0])
+    return [headline(f"constrained decode step in a jitted scan, batch {row[0]} (regex, 131k vocabulary)", ratio_figure(row[3], "unconstrained")) for row in (rows[:1] + rows[-1:] if len(rows) > 1 else rows)]
+
+
 def main():
     p = parser(__doc__)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64])
@@ -105,7 +111,8 @@ def main():
     args = parse(p, batches=[1, 8], repeats=3)
     vocabs = load_vocabularies()
     compiles = compile_table(vocabs)  # first: a vocabulary's first compile is timed apart
-    record("step", args, {"tables": [step_table(vocabs["tekken-131k"], args), compiles]})
+    steps = step_table(vocabs["tekken-131k"], args)
+    record("step", args, {"tables": [steps, compiles], "headline": headlines(steps)})
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
-"""The benchmarks' records and their rendering (bench/harness.py, bench/render.py), on a small
-synthetic record: no timing, no peers. And the rules the bench scripts keep: each takes
-``--quick`` and writes a record, none edits ``sys.path`` or imports from tests/."""
+"""The benchmarks' records and their rendering (bench/harness.py, bench/render.py: the page and
+the README's headline table), on small synthetic records: no timing, no peers. And the rules the
+bench scripts keep: each takes ``--quick``, writes a record with headline rows, and none edits
+``sys.path`` or imports from tests/."""
 
 import argparse
 import ast
 import json
 import pathlib
+import sys
 
 import pytest
 
@@ -60,6 +62,86 @@ def test_render_shows_tables_and_provenance(bench, record, tmp_path):
     assert "## other: `python bench/other.py`" in render.render({}, {"other": ["What other measures."]})  # no record yet
 
 
+README = """# Project
+
+Intro.
+
+<!-- headline:begin -->
+stale figures
+<!-- headline:end -->
+
+After the table.
+"""
+
+
+@pytest.fixture
+def headline_records(bench, tmp_path) -> pathlib.Path:
+    """Records in ``tmp_path/results``: step (a full run, two headline rows), cfg (a quick run,
+    one row), fusion (no headline rows)."""
+    harness, _ = bench
+    results = tmp_path / "results"
+    rows = {
+        "step": [harness.headline("decode step, batch 1", harness.ratio_figure(1.0123, "unconstrained")), harness.headline("a|b", harness.ratio_figure(12.34, "c"))],
+        "cfg": [harness.headline("mask + advance per token", f"{harness.ratio_figure(0.8, 'llguidance')} (JSON, 131k)")],
+        "fusion": [],
+    }
+    for name, headline in rows.items():
+        harness.record(name, argparse.Namespace(quick=name == "cfg"), {"tables": [], **({"headline": headline} if headline else {})}, directory=results)
+    return results
+
+
+def test_headline_table_in_the_readme(bench, headline_records):
+    _, render = bench
+    records = render.load_records(headline_records)
+    out = render.with_headline(README, records)
+    before, rest = out.split("<!-- headline:begin -->\n")
+    table, after = rest.split("<!-- headline:end -->")
+    assert before == README.split("<!-- headline:begin -->")[0] and after == README.split("<!-- headline:end -->")[1]
+    lines = table.strip().split("\n")
+    assert lines[:2] == ["| what | figure | measured (date · machine · commit) | command |", "| --- | --- | --- | --- |"]
+    step = records["step"]
+    assert lines[2].startswith("| decode step, batch 1 | 1.01x unconstrained | " + step["date"][:10] + " · ")
+    assert lines[3].startswith("| a\\|b | 12.3x c | ")
+    assert lines[4].startswith("| mask + advance per token | 0.80x llguidance (JSON, 131k) | ") and lines[4].count("(quick run)") == 1
+    assert "(quick run)" not in lines[2] and len(lines) == 5  # step before cfg (the sections' order); fusion has no rows
+    commit = step["git"]["commit"] or "commit unknown"
+    assert all(commit in line and f"`{records[name]['command']}`" in line for line, name in zip(lines[2:], ["step", "step", "cfg"]))
+    assert render.with_headline(out, records) == out  # a second render changes nothing
+
+
+def test_headline_table_without_records(bench):
+    _, render = bench
+    out = render.with_headline(README, {})
+    assert "stale figures" not in out
+    assert out.split("<!-- headline:begin -->")[1].split("<!-- headline:end -->")[0].strip() == render.NO_HEADLINE
+    assert render.with_headline(out, {}) == out
+    with pytest.raises(ValueError, match="headline:begin"):
+        render.with_headline("# No markers\n", {})
+
+
+def test_short_provenance(bench):
+    _, render = bench
+    r = {
+        "date": "2025-03-04T23:30:00+00:00",
+        "quick": False,
+        "git": {"commit": "abc1234", "dirty": True},
+        "machine": {"cpu": "Some CPU", "cores": 2, "os": "Linux-6.8.0-gcp-x86_64-with-glibc2.39", "jax_backend": "cpu", "device_kind": "cpu"},
+    }
+    assert render.short_provenance(r) == "2025-03-04 · x86_64 2-core CPU (jax cpu) · abc1234 (modified)"
+    gpu = {**r, "quick": True, "git": {"commit": "abc1234", "dirty": False}, "machine": {**r["machine"], "jax_backend": "gpu", "device_kind": "NVIDIA H100 80GB HBM3"}}
+    assert render.short_provenance(gpu) == "2025-03-04 · NVIDIA H100 80GB HBM3 · abc1234 (quick run)"
+
+
+def test_main_writes_the_page_and_the_readme(bench, headline_records, tmp_path, monkeypatch):
+    _, render = bench
+    readme, page = tmp_path / "README.md", tmp_path / "benchmarks.md"
+    readme.write_text(README, encoding="utf-8")
+    monkeypatch.setattr(sys, "argv", ["render.py", "--results", str(headline_records), "--out", str(page), "--readme", str(readme)])
+    render.main()
+    assert "| decode step, batch 1 | 1.01x unconstrained |" in readme.read_text(encoding="utf-8")
+    assert page.read_text(encoding="utf-8").startswith("# Benchmarks")
+
+
 def test_render_describes_every_script(bench):
     _, render = bench
     docs = render.script_docs()
@@ -90,3 +172,8 @@ def test_bench_leaves_sys_path_and_tests_alone(path):
 def test_bench_script_takes_quick_and_records(path):
     calls = {n.func.id for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     assert {"parser", "parse", "record"} <= calls, f"{path.name} must parse its arguments with the harness (--quick) and record its results"
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_bench_script_records_headline_rows(path):
+    assert '"headline"' in path.read_text(encoding="utf-8"), f"{path.name} must record its headline rows (the README's table)"
