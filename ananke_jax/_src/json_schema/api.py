@@ -17,8 +17,9 @@ from ananke_jax._src.grammar_text import to_gbnf, to_lark
 from ananke_jax._src.ir import Grammar
 from ananke_jax._src.json_schema import strings
 from ananke_jax._src.json_schema.assemble import inline, recursive_rules, to_grammar
-from ananke_jax._src.json_schema.compiler import Rules, SchemaCompiler
+from ananke_jax._src.json_schema.compiler import SchemaCompiler
 from ananke_jax._src.json_schema.gaps import expand_gaps, with_bounded_gaps
+from ananke_jax._src.json_schema.rules import Rules
 from ananke_jax._src.vocab import Vocabulary
 
 DEFAULT_MAX_DEPTH = 32

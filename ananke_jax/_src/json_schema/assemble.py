@@ -12,7 +12,7 @@ import re
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.errors import GrammarError, SchemaError
 from ananke_jax._src.ir import Grammar, Rule, TerminalDef
-from ananke_jax._src.json_schema.compiler import Ref, Rules, is_regular
+from ananke_jax._src.json_schema.rules import Ref, Rules, is_regular
 
 
 def recursive_rules(rules: Rules) -> set[str]:
