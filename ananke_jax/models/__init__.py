@@ -19,3 +19,19 @@ from ananke_jax._src.models.tokenizer import gguf_tokenizer as gguf_tokenizer
 from ananke_jax._src.models.weights import load_gguf as load_gguf
 from ananke_jax._src.models.weights import load_safetensors as load_safetensors
 from ananke_jax._src.models.weights import tensor_names as tensor_names
+
+__all__ = [
+    "KVCache",
+    "Llama",
+    "LlamaConfig",
+    "chat_prompt",
+    "gguf_tokenizer",
+    "init_cache",
+    "init_params",
+    "load_gguf",
+    "load_safetensors",
+    "load_smollm2",
+    "make_step_fn",
+    "smollm2_path",
+    "tensor_names",
+]
