@@ -235,7 +235,7 @@ def test_fused_refuses_bad_domains(sentencepiece_vocab, tekken_vocab):
     with pytest.raises(FusionError, match="float\\[V\\]"):
         soft_scores(np.zeros((2, 3)))
     fc = fused(vocab, syntax=cg)
-    with pytest.raises(ValueError, match="narrower vocabulary|do not belong"):  # logits checked when traced
+    with pytest.raises(ValueError, match="logits have 100 entries"):  # logits checked when traced
         jax.jit(aj.constrained_step)(fc, fc.init_state(), jnp.zeros(100), jax.random.key(0))
 
 
@@ -245,6 +245,8 @@ def test_logits_wider_than_the_vocabulary(sentencepiece_vocab):
     fc = fused(wide, syntax=syntax, semantics=soft_scores(np.ones(32_100)), config=FusionConfig(intensity="full"))
     text = np.flatnonzero(unpack(aj.token_mask(syntax, syntax.init_state())))
     assert text.max() < 32_000
-    for width in (32_000, 32_100, 32_128):  # narrower than logits_width, equal, padded to the mask words
+    for width in (32_000, 32_100):  # the tokenizer's size, or the model's wider logits_width
         out = np.asarray(aj.masked_logits(fc, fc.init_state(), jnp.zeros(width)))
         assert out.shape == (width,) and set(np.flatnonzero(np.isfinite(out))) == set(text) and (out[text] == 1.0).all()
+    with pytest.raises(ValueError, match="logits_width=32100"):  # wider than the model's logits: not its logits
+        aj.masked_logits(fc, fc.init_state(), jnp.zeros(32_128))
