@@ -1,7 +1,7 @@
 """The package's layers, read from its imports (with `ast`; nothing is imported).
 
 Every import counts, at module level and inside functions alike: an import moved into a function
-to dodge a cycle still runs, so the cycle is still there. The rules (see docs' DESIGN, layers):
+to dodge a cycle still runs, so the cycle is still there. The rules (docs/design.md, Layers):
 
 - `_src/runtime/` (device code) never reaches the compiler or the front ends, even through other
   modules;
@@ -10,7 +10,8 @@ to dodge a cycle still runs, so the cycle is still there. The rules (see docs' D
   builds the tables modules (device pytrees) and touches `jax` itself only to put finished
   tables on the device (`jax.device_put`, `jax.Array`), importing no jax submodule;
 - no import cycle, between modules nor between layers (a subpackage of `_src` counts as one
-  layer, every other module as its own).
+  layer, every other module as its own);
+- every module says what it is in a docstring.
 """
 
 from __future__ import annotations
