@@ -68,8 +68,9 @@ def sentencepiece_encode(sentencepiece_model_path: str):
     return lambda text: processor.encode(text)
 
 
-@pytest.fixture(scope="session", params=["sentencepiece", "tekken"])
+@pytest.fixture(scope="session", params=["sentencepiece", pytest.param("tekken", marks=pytest.mark.slow)])
 def real_vocab(request):
-    """(name, Vocabulary, encode) for each real vocabulary."""
+    """(name, Vocabulary, encode) for each real vocabulary; the 131k Tekken one is in the slow
+    tier, so the fast tier runs every such oracle on the 32k SentencePiece vocabulary."""
     name = request.param
     return name, request.getfixturevalue(f"{name}_vocab"), request.getfixturevalue(f"{name}_encode")

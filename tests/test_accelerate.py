@@ -31,6 +31,7 @@ def _same(a, b):
     np.testing.assert_array_equal(np.asarray(a.interventions), np.asarray(b.interventions))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CONSTRAINTS)
 @pytest.mark.parametrize("sampling", [GREEDY, HOT, aj.SamplingParams(temperature=0.8, top_k=5)], ids=["greedy", "hot", "top_k"])
 def test_opportunistic_masking_gives_the_tokens_of_full_masking(name, sampling):
@@ -48,6 +49,7 @@ def test_opportunistic_masking_gives_the_tokens_of_full_masking(name, sampling):
         assert needed < steps, "some drawn tokens are allowed without a mask"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CONSTRAINTS)
 @pytest.mark.parametrize("draft_length", [1, 4])
 def test_greedy_speculation_gives_the_tokens_of_plain_decoding(name, draft_length):
@@ -65,6 +67,7 @@ def test_greedy_speculation_gives_the_tokens_of_plain_decoding(name, draft_lengt
         assert accepted > 0, "forced keys are accepted"
 
 
+@pytest.mark.slow
 def test_speculation_over_a_bank_with_free_rows_gives_plain_tokens():
     grammars = [CONSTRAINTS["pushdown"](), aj.compile_json_schema({"type": "array", "items": {"type": "integer"}, "maxItems": 3}, VOCAB, engine="pushdown")]
     bank, index = aj.stack_grammars(grammars), np.array([0, 1, -1, 1])
@@ -113,6 +116,7 @@ ORDERS = {"anyOf": [{"type": "object", "properties": {key: {"type": "integer"}},
 ORDER_VOCAB = aj.Vocabulary.from_tokens(TOKENS + [b"order", b"orderId", b'Id"'], eos_token_ids=[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["schema", "regex", "orders"])
 def test_a_forced_token_keeps_every_continuation_of_the_tokens_it_cuts(name):
     """Jump-forward's safety (the order / orderId problem): where `f` is forced, an allowed token
@@ -142,6 +146,7 @@ def test_a_forced_token_keeps_every_continuation_of_the_tokens_it_cuts(name):
         assert (b"order", b"orderId") in cuts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("sampling", [GREEDY, HOT], ids=["greedy", "hot"])
 def test_jump_forward_emits_forced_tokens_unasked_and_its_outputs_stay_valid(seed, sampling):
@@ -162,6 +167,7 @@ def test_jump_forward_emits_forced_tokens_unasked_and_its_outputs_stay_valid(see
         jsonschema.validate(json.loads(text), SCHEMA)
 
 
+@pytest.mark.slow
 def test_a_token_taken_where_a_token_was_forced_is_drafted_where_that_token_is_forced_again():
     """The forced-token vote table: the model took another allowed token (here a prefix) where
     the grammar forced `f`; in another state forcing `f`, that token is drafted instead of `f`."""
@@ -189,6 +195,7 @@ def test_a_token_taken_where_a_token_was_forced_is_drafted_where_that_token_is_f
     assert draft(learned, second)[0] == taken
 
 
+@pytest.mark.slow
 def test_drafts_tell_apart_the_positions_of_a_state_that_tokens_leave_unchanged():
     """Inside a run of digits the pushdown state stays the same, so votes keyed by the state
     alone would draft one token everywhere in the run; keyed by the state and the previous
@@ -233,6 +240,7 @@ def _exact_distribution(prompt, constraint, sampling, length):
     return probs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampling", [HOT, aj.SamplingParams(temperature=1.3, top_k=3)], ids=["hot", "top_k"])
 def test_sampled_speculation_has_the_distribution_of_plain_decoding(sampling):
     """Chi-square goodness of fit of 2048 sampled outputs (one prompt, one row each) against the
@@ -272,6 +280,7 @@ def _chi2_critical(dof: int) -> float:
     return dof * (1 - 2 / (9 * dof) + z * math.sqrt(2 / (9 * dof))) ** 3
 
 
+@pytest.mark.slow
 def test_bad_acceleration_arguments_are_refused_clearly():
     constraint = CONSTRAINTS["regex"]()
     with pytest.raises(ValueError, match="acceleration must be one of"):

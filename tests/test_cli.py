@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from ananke_jax._src.cli import main
+
 pytest.importorskip("gguf", reason="the model extra (gguf) is not installed")
 
 
@@ -34,6 +36,7 @@ def _outputs(stdout: str) -> list[tuple[str, str]]:
     return re.findall(r"^\[\d+\] (.*?)\n    (valid|INVALID.*?),", stdout, re.MULTILINE | re.DOTALL)
 
 
+@pytest.mark.slow
 def test_generate_with_a_regex_checks_every_row():
     run = _cli("generate", "--model", "tiny", "--regex", "[a-z]{2,6}( [0-9]{1,3})?", "--batch", "3", "--max-tokens", "12", "--temperature", "1")
     assert run.returncode == 0, run.stderr
@@ -43,6 +46,7 @@ def test_generate_with_a_regex_checks_every_row():
     assert "loading model tiny" in run.stderr and "generating" in run.stderr
 
 
+@pytest.mark.slow
 def test_generate_with_a_schema_and_a_grammar(tmp_path):
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
     (tmp_path / "s.json").write_text(json.dumps(schema))
@@ -61,15 +65,16 @@ def test_generate_with_a_schema_and_a_grammar(tmp_path):
     assert "acceleration: none (auto)" in run.stdout and "draft tokens accepted" not in run.stdout
 
 
-def test_compile_then_inspect(tmp_path):
+def test_compile_then_inspect(tmp_path, capsys):
     out = tmp_path / "c.npz"
-    run = _cli("compile", "--regex", r"\d{4}-\d{2}", "--out", str(out))
-    assert run.returncode == 0, run.stderr
-    assert "compiled in" in run.stdout and out.is_file()
-    shown = _cli("inspect", str(out))
-    assert shown.returncode == 0 and shown.stdout.startswith("RegularGrammar(kind=regular") and "vocab_size=49152" in shown.stdout
+    assert main(["compile", "--regex", r"\d{4}-\d{2}", "--out", str(out)]) == 0
+    assert "compiled in" in capsys.readouterr().out and out.is_file()
+    assert main(["inspect", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("RegularGrammar(kind=regular") and "vocab_size=49152" in shown
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -96,8 +101,9 @@ def test_bad_arguments_and_files_fail_clearly(args, message, tmp_path):
         ("bad.lark", 'start: "a" )', "--grammar", r"bad\.lark: "),
     ],
 )
-def test_errors_in_a_constraint_file_name_the_file(name, text, flag, message, tmp_path):
+def test_errors_in_a_constraint_file_name_the_file(name, text, flag, message, tmp_path, capsys):
     (tmp_path / name).write_text(text)
-    run = _cli("compile", flag, str(tmp_path / name), "--out", str(tmp_path / "c.npz"))
-    assert run.returncode == 2 and not (tmp_path / "c.npz").exists()
-    assert re.search(message, run.stderr), run.stderr
+    assert main(["compile", flag, str(tmp_path / name), "--out", str(tmp_path / "c.npz")]) == 2
+    assert not (tmp_path / "c.npz").exists()
+    stderr = capsys.readouterr().err
+    assert re.search(message, stderr), stderr

@@ -10,6 +10,7 @@ import textwrap
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import ananke_jax as aj
 from ananke_jax.models import LlamaConfig, init_cache, init_params, make_step_fn
@@ -39,6 +40,7 @@ def _decode(prompt, raw_key):
     return result.tokens
 
 
+@pytest.mark.slow
 def test_exported_decode_loop_gives_identical_tokens_in_a_fresh_process(tmp_path):
     raw_key = jax.random.key_data(jax.random.key(3))
     exported = jax.export.export(jax.jit(_decode))(PROMPT, raw_key)
@@ -87,6 +89,7 @@ def test_exported_constrained_step_runs_on_reloaded_tables(tmp_path):
     assert _fresh_process(script, tmp_path) == expected
 
 
+@pytest.mark.slow
 def test_batch_sharded_over_eight_devices_equals_the_unsharded_run():
     script = """
         import os

@@ -31,12 +31,14 @@ def nnx_prepared(nnx_example):
     return nnx_example.setup()
 
 
+@pytest.mark.slow
 def test_nnx_decode_loop_outputs_are_valid_json_for_the_schema(nnx_example, nnx_prepared):
     for seed in range(3):
         text = nnx_example.generate(seed, nnx_prepared)
         jsonschema.validate(json.loads(text), nnx_example.SCHEMA)
 
 
+@pytest.mark.slow
 def test_nnx_decode_loop_is_traced_once_across_seeds(nnx_example, nnx_prepared, monkeypatch):
     chex.clear_trace_counter()
     counted = jax.jit(chex.assert_max_traces(nnx_example.decode_loop, n=1), static_argnames="eos")
@@ -46,6 +48,7 @@ def test_nnx_decode_loop_is_traced_once_across_seeds(nnx_example, nnx_prepared, 
     assert first != second  # the seed is data: new samples, same compiled loop
 
 
+@pytest.mark.slow
 def test_nnx_decode_loop_ends_with_eos_then_padding(nnx_example, nnx_prepared):
     vocab, constraint, graphdef, weights = nnx_prepared
     prompt = jnp.asarray(list(b"A person: "), jnp.int32)
@@ -56,6 +59,7 @@ def test_nnx_decode_loop_ends_with_eos_then_padding(nnx_example, nnx_prepared):
     assert all(0 <= t < len(vocab) and t != eos for t in tokens[:end])
 
 
+@pytest.mark.slow
 def test_think_then_json_reasons_then_answers_with_the_preferred_city(tekken_path):
     example = _load("think_then_json")
     vocab, encode = example.tekken()

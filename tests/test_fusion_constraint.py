@@ -126,6 +126,7 @@ def test_fused_masks_and_logits_match_a_brute_force_fusion(real_vocab):
     assert levels_seen >= {0, 1} and phases_seen == {0, 1}
 
 
+@pytest.mark.slow
 def test_fused_generation_under_jit_vmap_and_scan_gives_valid_outputs(real_vocab):
     _, vocab, encode = real_vocab
     fc, _ = _case(vocab)
@@ -144,6 +145,7 @@ def test_fused_generation_under_jit_vmap_and_scan_gives_valid_outputs(real_vocab
     assert not np.asarray(states.parser_bug).any()
 
 
+@pytest.mark.slow
 def test_eager_jit_and_vmap_steps_agree(sentencepiece_vocab):
     vocab = sentencepiece_vocab
     fc, _ = _case(vocab)

@@ -169,6 +169,7 @@ def test_deferred_regex_equals_free_text_then_the_grammar(pattern, real_vocab):
             assert bool(aj.is_allowed(_mask(dc, state), vocab.eos_token_ids[0]))
 
 
+@pytest.mark.slow
 def test_deferred_context_free_grammar_matches_earley(real_vocab):
     """A recursive JSON grammar after ``</think>``: whole masks against the byte-level Earley
     oracle, at waiting states (tails) and active ones."""
@@ -225,6 +226,7 @@ def test_deferred_refuses_bad_input(sentencepiece_vocab, tekken_vocab):
             deferred(cg, triggers, sentencepiece_vocab)
 
 
+@pytest.mark.slow
 def test_deferred_generation_under_jit_vmap_and_scan(real_vocab):
     """Random-logit generation: a script pushes the free text and the trigger, then the
     grammar takes over; every finished output is free text, the trigger, then a regex match."""

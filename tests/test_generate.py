@@ -88,7 +88,7 @@ def _host_loop(constraint, prompt, length, new, key, params, row):
     return out, "length"
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("temperature", [0.0, pytest.param(1.0, marks=pytest.mark.slow)])
 def test_matches_a_host_loop_without_cache(temperature):
     constraint = aj.compile_regex(r"(ab|[0-9]){2,9}", VOCAB)
     params = aj.SamplingParams(temperature=temperature)
@@ -100,6 +100,7 @@ def test_matches_a_host_loop_without_cache(temperature):
         assert result.finish_names()[row] == reason
 
 
+@pytest.mark.slow
 def test_regex_rows_match_the_regex():
     result = _generate(aj.compile_regex(r"[a-z]{3,8}( [a-z]{2,5}){0,3}", VOCAB), batch=8, new=40)
     for text, reason in zip(_texts(result), result.finish_names()):
@@ -124,11 +125,13 @@ def test_grammar_complete_ends_without_eos_from_the_model():
     assert set(_texts(result)) <= {"true", "false"}
 
 
+@pytest.mark.slow
 def test_budget_ends_with_length():
     result = _generate(aj.compile_regex(r"[a-z]+", VOCAB), new=5)
     assert result.finish_names() == ["length"] * 4 and np.asarray(result.lengths).tolist() == [5] * 4
 
 
+@pytest.mark.slow
 def test_mixed_bank_of_grammars_and_unconstrained_rows():
     grammars = [aj.compile_regex(r"[0-9]{4}", VOCAB), aj.unconstrained(VOCAB), aj.compile_choices(["null", "true"], VOCAB)]
     bank = aj.stack_grammars(grammars)
@@ -150,6 +153,7 @@ def test_mixed_bank_of_grammars_and_unconstrained_rows():
         np.testing.assert_array_equal(np.asarray(alone.tokens)[rows], np.asarray(result.tokens)[rows])
 
 
+@pytest.mark.slow
 def test_per_row_sampling_params_equal_separate_runs():
     greedy, hot = aj.SamplingParams(temperature=0.0), aj.SamplingParams(temperature=1.5, top_k=20)
     constraint = aj.compile_regex(r"[a-z ]{1,20}", VOCAB)
@@ -159,6 +163,7 @@ def test_per_row_sampling_params_equal_separate_runs():
         np.testing.assert_array_equal(np.asarray(alone.tokens)[rows], np.asarray(mixed.tokens)[rows])
 
 
+@pytest.mark.slow
 def test_batch_equals_rows_run_alone():
     constraint = aj.compile_regex(r"[a-z]{2,30}", VOCAB)
     greedy = _generate(constraint, batch=4, new=16, sampling=aj.SamplingParams(temperature=0.0))
@@ -173,6 +178,7 @@ def test_batch_equals_rows_run_alone():
         np.testing.assert_array_equal(np.asarray(alone.tokens[0]), np.asarray(greedy.tokens[row]))
 
 
+@pytest.mark.slow
 def test_pushdown_constraint_outputs_parse():
     grammar = 'root ::= "[" (item ("," item)*)? "]"\nitem ::= [0-9]+ | root'
     cg = aj.compile_gbnf(grammar, VOCAB, stack_depth=16)
@@ -183,6 +189,7 @@ def test_pushdown_constraint_outputs_parse():
             json.loads(text)  # every sentence of the grammar is a JSON array
 
 
+@pytest.mark.slow
 def test_a_bank_of_context_free_grammars_with_free_rows():
     """Rows of a pushdown bank (grammars of different sizes and stack depths; index -1: no
     constraint) produce the tokens their own grammar (or no constraint) produces alone; finished
@@ -212,6 +219,7 @@ def test_a_bank_of_context_free_grammars_with_free_rows():
     assert finished, "some constrained rows finish within the budget"
 
 
+@pytest.mark.slow
 def test_interventions_count_masked_argmaxes():
     free = _generate(None, sampling=aj.SamplingParams(temperature=0.0))
     assert np.asarray(free.interventions).tolist() == [0] * 4
@@ -240,6 +248,7 @@ def test_finish_reason_names():
     assert aj.FINISH_REASONS[0] == "running" and len(set(aj.FINISH_REASONS)) == len(aj.FINISH_REASONS)
 
 
+@pytest.mark.slow
 def test_a_row_whose_mask_is_empty_ends_with_constraint_error_alone():
     """A grammar started in its dead state allows nothing: its rows end at once with
     constraint_error and no token; the other rows of the bank are as when run alone."""
@@ -253,6 +262,7 @@ def test_a_row_whose_mask_is_empty_ends_with_constraint_error_alone():
     np.testing.assert_array_equal(np.asarray(result.tokens)[::2], np.asarray(alone.tokens)[::2])
 
 
+@pytest.mark.slow
 def test_fused_constraint_applies_its_hard_and_soft_domains():
     """A fused constraint in the loop: the hard domain holds in every row, and a soft domain that
     favours digits makes them win where the hard domain leaves a choice."""

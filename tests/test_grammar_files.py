@@ -13,13 +13,15 @@ from test_pushdown import _accepts, _advance, _mask, example_prefixes, random_wa
 import ananke_jax as aj
 
 # sql_select.lark is left out with the 131k vocabulary: without lexer priorities, runs of letters
-# split into keywords and names in very many ways, and its compile takes minutes (see README).
+# split into keywords and names in very many ways, and its compile takes minutes.
 CASES = [
     (name, vocab)
     for name in sorted(GRAMMAR_EXAMPLES)
     for vocab in ("sentencepiece", "tekken")
     if not (name == "sql_select.lark" and vocab == "tekken")
 ]
+# The fast tier compiles these with the 32k vocabulary; every other case is in the slow tier.
+FAST_CASES = {("arithmetic.lark", "sentencepiece"), ("json.gbnf", "sentencepiece")}
 
 
 @functools.lru_cache(maxsize=None)
@@ -27,7 +29,10 @@ def _grammar(name):
     return load_grammar_file(name)
 
 
-@pytest.fixture(scope="module", params=CASES, ids=[f"{n}-{v}" for n, v in CASES])
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param(c, marks=() if c in FAST_CASES else pytest.mark.slow, id="-".join(c)) for c in CASES],
+)
 def case(request):
     """One compile per (grammar, vocabulary): pytest groups the tests by this fixture."""
     name, vocab_name = request.param
@@ -36,6 +41,7 @@ def case(request):
     return name, vocab, encode, aj.compile_grammar(_grammar(name), vocab), SharedEarley(_grammar(name))
 
 
+@pytest.mark.slow
 def test_examples_are_accepted_token_by_token_and_complete_only_at_the_end(case):
     name, vocab, encode, cg, earley = case
     for text in GRAMMAR_EXAMPLES[name]:
@@ -69,6 +75,7 @@ def test_full_masks_match_earley_on_random_reachable_states(case):
     assert random_walk_check(cg, earley, vocab, rng, walks=6, steps=6, prefixes=prefixes)[0] >= 18
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(GRAMMAR_EXAMPLES))
 def test_shared_earley_agrees_with_the_textbook_one(name):
     """The oracle of the full-mask tests against the plain one: SharedEarley's memoised, linked

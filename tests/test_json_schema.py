@@ -69,6 +69,7 @@ def _validate(schema, text):
     jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER).validate(instance)
 
 
+@pytest.mark.slow
 def test_regular_schemas_round_trip_through_a_bank_under_jit_vmap_and_scan(real_vocab):
     """All regular schemas stacked in one bank: one jitted, vmapped scan generates for each."""
     _, vocab, _ = real_vocab
@@ -88,6 +89,7 @@ def test_regular_schemas_round_trip_through_a_bank_under_jit_vmap_and_scan(real_
     assert all(finished.values()), [n for n, k in finished.items() if not k]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(RECURSIVE))
 def test_recursive_schemas_round_trip_through_the_pushdown_engine(name, real_vocab):
     _, vocab, _ = real_vocab
@@ -104,7 +106,7 @@ def test_recursive_schemas_round_trip_through_the_pushdown_engine(name, real_voc
     assert finished
 
 
-@pytest.mark.parametrize("name", sorted(EXAMPLES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in RECURSIVE and n != "linked_list" else n for n in sorted(EXAMPLES)])
 def test_examples_are_valid_and_accepted_token_by_token(name, sentencepiece_vocab, sentencepiece_encode):
     """The walks of bench/json_schema.py: json.dumps' ", " and ": " are flexible whitespace."""
     schema, text = {**REGULAR, **RECURSIVE}[name], json.dumps(EXAMPLES[name])

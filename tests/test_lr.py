@@ -73,6 +73,7 @@ def test_an_alternative_longer_than_the_engine_takes_is_refused_naming_its_rule(
         lr_tables(long)
 
 
+@pytest.mark.slow
 def test_tables_are_the_same_in_every_process():
     """lark keeps LR(0) states in a set, ordered by string hashes: the states are renumbered
     breadth first, so a grammar's tables do not depend on the process's hash seed."""

@@ -81,7 +81,7 @@ def _starts(kind, encode, rng):
     return [encode(t[:cut]) for t in texts for cut in (len(t), int(rng.integers(1, len(t))))]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.slow) if k == "gbnf" else k for k in KINDS])
 def test_bitmasks_equal_the_pure_token_mask_along_random_walks(kind, real_vocab):
     _, vocab, encode = real_vocab
     cg = _constraint(kind, vocab)
@@ -159,7 +159,7 @@ def test_rollback_is_bounded_by_the_history(sentencepiece_vocab):
     assert np.array_equal(_fill(matcher, vocab), _fill(_string_fed(matcher.constraint, vocab, "ab"), vocab))
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.slow) if k == "gbnf" else k for k in KINDS])
 def test_accept_string_equals_feeding_the_tokenizers_tokens(kind, real_vocab):
     _, vocab, encode = real_vocab
     cg = _constraint(kind, vocab)
@@ -201,6 +201,7 @@ def test_accept_string_outside_the_language_leaves_the_state_alone(text):
     assert _same_state(matcher.state, aj.Matcher(matcher.constraint, vocab).state)
 
 
+@pytest.mark.slow
 def test_fill_bitmasks_equals_per_matcher_fills(sentencepiece_vocab):
     vocab = sentencepiece_vocab
     rx, schema, gbnf = (_constraint(kind, vocab) for kind in KINDS)

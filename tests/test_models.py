@@ -327,6 +327,7 @@ def smollm2() -> Model:
     return Model(config, params, vocab, tokenizer, jax.jit(make_step_fn(config), donate_argnums=1))
 
 
+@pytest.mark.slow
 def test_smollm2_layout(smollm2):
     vocab = smollm2.vocab
     assert smollm2.config == LlamaConfig.smollm2_135m()
@@ -335,6 +336,7 @@ def test_smollm2_layout(smollm2):
     assert vocab.special_token_ids == set(range(17))
 
 
+@pytest.mark.slow
 def test_smollm2_greedy_answer(smollm2):
     m = smollm2
     prompt = m.tokenizer.encode(chat_prompt("What is the capital of France?")).ids
@@ -351,6 +353,7 @@ def test_smollm2_greedy_answer(smollm2):
     assert "Paris" in text, text
 
 
+@pytest.mark.slow
 def test_smollm2_perplexity(smollm2):
     m = smollm2
     ids = m.tokenizer.encode(PARAGRAPH).ids
@@ -385,6 +388,7 @@ def test_smollm2_chat_prompt_round_trip(smollm2):
     assert b"".join(smollm2.vocab.tokens[i] for i in ids) == prompt.encode()
 
 
+@pytest.mark.slow
 def test_smollm2_constrained_greedy_is_minimally_invasive(smollm2):
     """Prompts whose unconstrained greedy reply is already in the language: the constrained reply
     is the same tokens, and the model is never overruled (DOMINO's bar)."""

@@ -102,7 +102,8 @@ def example_prefixes(texts, encode, rng, n):
 
 
 @pytest.mark.parametrize(
-    "g, tokens", [(ARITHMETIC, ARITHMETIC_TOKENS), (WORDS, WORDS_TOKENS)], ids=["arithmetic", "ambiguous-lexing"]
+    "g, tokens",
+    [pytest.param(ARITHMETIC, ARITHMETIC_TOKENS, id="arithmetic"), pytest.param(WORDS, WORDS_TOKENS, id="ambiguous-lexing", marks=pytest.mark.slow)],
 )
 def test_full_masks_match_earley_on_a_vocabulary_of_bridge_tokens(g, tokens):
     vocab = aj.Vocabulary.from_tokens(tokens, eos_token_ids=[0], logits_width=40)
@@ -115,6 +116,7 @@ def _json(vocab):
     return compile_ir(JSON, vocab)
 
 
+@pytest.mark.slow
 def test_json_masks_match_earley_with_real_vocabularies(real_vocab):
     """Sound and complete on whole masks, from the start and from inside the examples."""
     _, vocab, encode = real_vocab
@@ -123,6 +125,7 @@ def test_json_masks_match_earley_with_real_vocabularies(real_vocab):
     assert random_walk_check(_json(vocab), SharedEarley(JSON), vocab, rng, walks=8, steps=6, prefixes=prefixes)[0] >= 24
 
 
+@pytest.mark.slow
 def test_json_examples_tokenized_by_the_real_tokenizers_are_accepted(real_vocab):
     _, vocab, encode = real_vocab
     cg = _json(vocab)
@@ -137,6 +140,7 @@ def test_json_examples_tokenized_by_the_real_tokenizers_are_accepted(real_vocab)
         assert not bool(state.overflow)
 
 
+@pytest.mark.slow
 def test_random_logit_generation_under_jit_and_scan_parses_as_json(sentencepiece_vocab):
     vocab = sentencepiece_vocab
     cg = _json(vocab)
@@ -174,6 +178,7 @@ def test_random_logit_generation_under_jit_and_scan_parses_as_json(sentencepiece
     assert finished >= 1
 
 
+@pytest.mark.slow
 def test_vmap_over_configurations_matches_single_states():
     vocab = aj.Vocabulary.from_tokens(ARITHMETIC_TOKENS, eos_token_ids=[0])
     cg = compile_ir(ARITHMETIC, vocab)
@@ -191,6 +196,7 @@ def test_vmap_over_configurations_matches_single_states():
         np.testing.assert_array_equal(masks[i], _mask(cg, s))
 
 
+@pytest.mark.slow
 def test_nesting_beyond_the_stack_depth_is_masked():
     vocab = aj.Vocabulary.from_tokens(ARITHMETIC_TOKENS, eos_token_ids=[0])
     shallow, deep = compile_ir(ARITHMETIC, vocab, stack_depth=6), compile_ir(ARITHMETIC, vocab)
@@ -221,6 +227,7 @@ def test_forbidden_and_special_tokens_lead_to_the_error_state():
 EMPTY_RULES = grammar([("s", ["a", "X", "s"]), ("s", ["C"]), ("a", [])], {"X": "X", "C": "C"}, "s")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "g, pieces, opener", [(ARITHMETIC, ARITHMETIC_TOKENS[1:], b"("), (EMPTY_RULES, [b"X", b"C"], b"X")], ids=["parentheses", "empty-rules"]
 )
@@ -242,6 +249,7 @@ TREE_SCHEMA = {
 }
 
 
+@pytest.mark.slow
 def test_a_bank_of_pushdown_grammars_runs_each_row_as_alone(sentencepiece_vocab):
     """Grammars of different sizes and bounds (a stack depth of 64 and 128, one schema compiled to
     the pushdown engine on request) padded into one bank: under vmap, every row's mask and
@@ -280,6 +288,7 @@ def test_a_bank_of_pushdown_grammars_runs_each_row_as_alone(sentencepiece_vocab)
             banked = advance(bank, banked, jnp.asarray(tokens, jnp.int32))
 
 
+@pytest.mark.slow
 def test_pushdown_grammars_of_one_bank_share_one_compiled_step(sentencepiece_vocab):
     """Two grammars taken from one bank have equal table shapes, so one jitted step serves both."""
     grammars = [aj.compile_grammar(JSON, sentencepiece_vocab), aj.compile_grammar(ARITHMETIC, sentencepiece_vocab)]

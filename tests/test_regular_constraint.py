@@ -77,6 +77,7 @@ def test_masks_match_brute_force_walk_on_random_reachable_states(pattern, real_v
             assert not bool(aj.is_error(cg, state))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pattern", REGEXES)
 def test_every_state_mask_matches_the_brute_force_walk(pattern, real_vocab):
     """All states, not only those random walks reach: every DFA state and the finished state."""
@@ -169,6 +170,7 @@ def _generate(cg, key, bias, steps, params):
     return tokens, done, state
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pattern", REGEXES[::2])
 def test_random_logit_generation_under_jit_and_scan_matches_re(pattern, real_vocab):
     _, vocab, _ = real_vocab
@@ -212,6 +214,7 @@ def test_jit_vmap_and_eager_agree(tekken_vocab):
         np.testing.assert_array_equal(masks[i], aj.token_mask(cg, jax.tree_util.tree_map(lambda x: x[i], batched[1])))
 
 
+@pytest.mark.slow
 def test_a_bank_of_padded_grammars_runs_per_request_under_vmap(sentencepiece_vocab, tekken_vocab):
     grammars = [aj.compile_choices(["yes", "no"], sentencepiece_vocab), aj.compile_regex(r"\d{4}", sentencepiece_vocab), aj.compile_regex(r"[x-z]{3}", sentencepiece_vocab)]
     bank = aj.stack_grammars(grammars)

@@ -53,7 +53,7 @@ def test_constrained_step_refuses_logits_that_do_not_fit_the_vocabulary():
         assert vocab.token_bytes(int(token)).strip(b"a") == b""
 
 
-@pytest.mark.parametrize("width, fits", [(39, False), (40, True), (64, True), (65, False), (96, False)])
+@pytest.mark.parametrize("width, fits", [(39, False), (40, True), (64, True), (65, False)])
 def test_step_masked_logits_and_generate_share_one_logits_width_rule(width, fits):
     vocab = _vocab(40, width=64)
     constraints = [aj.compile_regex("a+", vocab), aj.fusion.fused(vocab, syntax=aj.compile_regex("a+", vocab))]
@@ -107,6 +107,7 @@ def test_temperature_sampling_follows_the_softmax():
         np.testing.assert_allclose(_frequencies(logits, aj.SamplingParams(temperature=temperature)), expected, atol=0.015)
 
 
+@pytest.mark.slow
 def test_top_k_top_p_and_min_p_keep_the_documented_sets():
     logits = jnp.log(jnp.array([0.4, 0.3, 0.15, 0.1, 0.05]))
     cases = [

