@@ -229,12 +229,14 @@ def headlines(names: list[str], compiles: Table, means: dict, engines: list[str]
     elif ours is not None:
         rows.append(headline(what, f"{_ms(ours)} ms (XGrammar not installed)"))
     peers = [e for e in engines if e != OURS]
-    what = "JSON Schema: mask + advance per token in a jitted decode loop vs the fastest peer"
-    rs = peer_ratios(names, means, peers, "loop")
-    if rs:
-        rows.append(headline(what, f"{ratio_figure(statistics.geometric_mean(rs), 'fastest peer')} (geometric mean, {min(rs):.2f}-{max(rs):.2f}x over {len(rs)} schemas)"))
-    else:
-        rows.append(headline(what, "no peer installed" if not peers else "no schema walked by ours and a peer"))
+    for kind in ("regular", "recursive"):
+        what = f"JSON Schema, {kind} schemas: mask + advance per token in a jitted decode loop vs the fastest peer"
+        rs = peer_ratios([n for n in names if n in CORPUS[kind]], means, peers, "loop")
+        if rs:
+            figure = f"{ratio_figure(statistics.geometric_mean(rs), 'fastest peer')} (geometric mean, {min(rs):.2f}-{max(rs):.2f}x over {len(rs)} schemas)"
+            rows.append(headline(what, figure))
+        elif not peers:
+            rows.append(headline(what, "no peer installed"))
     return rows
 
 
