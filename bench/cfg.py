@@ -15,8 +15,11 @@ ratios are ours / the fastest peer on that walk.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
+
+import ananke_jax as aj
 
 from harness import (
     Table,
@@ -37,8 +40,6 @@ from harness import (
     xgrammar_info,
     xgrammar_walk,
 )
-
-import ananke_jax as aj
 
 GRAMMARS = ["json.gbnf", "c_subset.gbnf"]
 
@@ -89,10 +90,8 @@ def measure(text: str, vocab, encode, tokens: list[int], repeats: int) -> dict:
             peer.append(statistics.mean(llguidance_walk(matcher(), width, tokens)))
     m["scan"], m["llguidance"] = statistics.median(ours), statistics.median(peer) if peer else None
     m["call"] = statistics.mean(matcher_per_call(cg, vocab, tokens))
-    try:
+    with contextlib.suppress(ImportError):
         m["xgrammar compile"], m["xgrammar"] = xgrammar_run(text, vocab, tokens)
-    except ImportError:
-        pass
     return m
 
 
@@ -142,7 +141,10 @@ def main():
             us_cells = [None if m.get(e) is None else m[e] * 1e6 for e in ("scan", "call", "llguidance", "xgrammar")]
             per_token.add(filename, name, len(tokens), *us_cells, ratio(m["scan"], fastest), ratio(m["call"], fastest))
             rows.append([filename, name, *(m.get(f"{e} compile") for e in ("ours", "llguidance", "xgrammar")), m["tables MB"]])
-    compiles = Table("compile (seconds) and table bytes", {"grammar": "s", "vocabulary": "s", "ours s": ".2f", "llguidance s": ".2f", "xgrammar s": ".2f", "our tables MB": ".1f"})
+    compiles = Table(
+        "compile (seconds) and table bytes",
+        {"grammar": "s", "vocabulary": "s", "ours s": ".2f", "llguidance s": ".2f", "xgrammar s": ".2f", "our tables MB": ".1f"},
+    )
     for row in rows:
         compiles.add(*row)
     record("cfg", args, {"tables": [per_token, compiles], "headline": headlines(measured)})

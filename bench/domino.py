@@ -24,11 +24,12 @@ import time
 
 import jax
 import numpy as np
-from harness import Table, grammar_text, headline, parse, parser, ratio_figure, record
 
 import ananke_jax as aj
 from ananke_jax import models
 from ananke_jax._src.cli import DEFAULT_PROMPT, DEFAULT_SCHEMA
+
+from harness import Table, grammar_text, headline, parse, parser, ratio_figure, record
 
 TOOL_CALL = {
     "type": "object",
@@ -65,7 +66,15 @@ OTHER_PROMPTS = {
 
 
 def workloads(vocab):
-    people = {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "colour": {"type": "string", "maxLength": 12}}, "required": ["name", "colour"]}, "maxItems": 4}
+    people = {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {"name": {"type": "string", "maxLength": 20}, "colour": {"type": "string", "maxLength": 12}},
+            "required": ["name", "colour"],
+        },
+        "maxItems": 4,
+    }
     return {
         "person schema": (DEFAULT_PROMPT, aj.compile_json_schema(DEFAULT_SCHEMA, vocab)),
         "tool-call schema": (TOOL_PROMPT, aj.compile_json_schema(TOOL_CALL, vocab)),
@@ -138,14 +147,25 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--draft-length", type=int, default=4)
     p.add_argument("--workloads", nargs="+", help="run only the workloads whose names contain one of these")
-    p.add_argument("--modes", nargs="+", choices=ACCELERATIONS, default=ACCELERATIONS, help="accelerated modes, besides unconstrained and constrained")
+    p.add_argument(
+        "--modes", nargs="+", choices=ACCELERATIONS, default=ACCELERATIONS, help="accelerated modes, besides unconstrained and constrained"
+    )
     args = parse(p, batches=[1], tokens=48, repeats=1, workloads=["tool-call"], modes=["speculative", "speculative, learned"])
 
     config, params, vocab, tokenizer = models.load_smollm2()
     model = config, params, models.make_step_fn(config)
     table = Table(
         f"SmolLM2-135M-Instruct, greedy, up to {args.tokens} tokens, k={args.draft_length}, median of {args.repeats}",
-        {"workload": "s", "batch": "d", "mode": "s", "tokens/s": ".1f", "ratio": ".2f", "tokens/call": ".2f", "drafts accepted": ".0%", "tokens": "s"},
+        {
+            "workload": "s",
+            "batch": "d",
+            "mode": "s",
+            "tokens/s": ".1f",
+            "ratio": ".2f",
+            "tokens/call": ".2f",
+            "drafts accepted": ".0%",
+            "tokens": "s",
+        },
         "ratio: tokens/s over unconstrained generation's; tokens: the same as plain constrained decoding's, or not.",
     )
     for what, (prompt_text, cg) in workloads(vocab).items():
@@ -157,7 +177,15 @@ def main() -> None:
             measured = measure(model, vocab, cg, prompt, others, batch, args)
             base, plain = measured["unconstrained"][0], np.asarray(measured["constrained"][1].tokens)
             for mode, (rate, r) in measured.items():
-                same = None if mode == "unconstrained" else "same" if (np.asarray(r.tokens) == plain).all() else "differ (invasive)" if mode == "jump_forward" else "DIFFER"
+                same = (
+                    None
+                    if mode == "unconstrained"
+                    else "same"
+                    if (np.asarray(r.tokens) == plain).all()
+                    else "differ (invasive)"
+                    if mode == "jump_forward"
+                    else "DIFFER"
+                )
                 per_call = int(np.asarray(r.lengths).sum()) / max(int(r.stats["model_calls"]), 1) / batch
                 drafted, accepted = int(np.asarray(r.stats["drafted"]).sum()), int(np.asarray(r.stats["accepted"]).sum())
                 table.add(what, batch, mode, rate, rate / base, per_call, accepted / drafted if drafted else None, same)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from harness import Table, headline, load_vocabularies, parse, parser, ratio_figure, record
 from step import LOGIT_BANK, STEP_REGEX, scans, timed_scans
 
 import ananke_jax as aj
 from ananke_jax import fusion
+
+from harness import Table, headline, load_vocabularies, parse, parser, ratio_figure, record
 
 TYPES_REGEX = r"[ -~]*"  # printable ASCII: another token DFA over the same output
 PREFERRED_REGEX = r'\{"name": "(Ada|Alan) [A-Za-z ]*", "email": "[a-z0-9.]+@[a-z0-9]+\.org", "age": [1-9]\d\}'

@@ -18,11 +18,12 @@ import time
 
 import jax
 import numpy as np
-from harness import Table, grammar_text, headline, parse, parser, ratio_figure, record
 
 import ananke_jax as aj
 from ananke_jax import models
 from ananke_jax._src.cli import DEFAULT_PROMPT, DEFAULT_SCHEMA
+
+from harness import Table, grammar_text, headline, parse, parser, ratio_figure, record
 
 
 def steps_of(result: aj.GenerationResult) -> int:
@@ -65,7 +66,11 @@ def headlines(table: Table) -> list[dict]:
     model = "smollm2" if any(row[0] == "smollm2" for row in table.rows) else "tiny"
     rows = [row for row in table.rows if row[0] == model]
     batch = min((row[2] for row in rows), default=None)
-    return [headline(f"constrained generation, {row[1]}, {MODEL_NAMES[model]}, batch {batch}", ratio_figure(row[5], "unconstrained tokens/s")) for row in rows if row[2] == batch]
+    return [
+        headline(f"constrained generation, {row[1]}, {MODEL_NAMES[model]}, batch {batch}", ratio_figure(row[5], "unconstrained tokens/s"))
+        for row in rows
+        if row[2] == batch
+    ]
 
 
 def main() -> None:
@@ -85,7 +90,15 @@ def main() -> None:
     }
     table = Table(
         f"{args.tokens} new tokens, temperature 1, median of {args.repeats} (ms per loop step)",
-        {"model": "s", "constraint": "s", "batch": "d", "constrained ms": ".2f", "unconstrained ms": ".2f", "ratio tokens/s": ".2f", "masked": ".1%"},
+        {
+            "model": "s",
+            "constraint": "s",
+            "batch": "d",
+            "constrained ms": ".2f",
+            "unconstrained ms": ".2f",
+            "ratio tokens/s": ".2f",
+            "masked": ".1%",
+        },
     )
     for name in args.models:
         if name == "tiny":

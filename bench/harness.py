@@ -153,7 +153,13 @@ class Table:
         print(self._line([cell(c, spec) for c, spec in zip(cells, self.columns.values())]), flush=True)
 
     def to_json(self) -> dict:
-        return {"title": self.title, "note": self.note, "columns": list(self.columns), "formats": list(self.columns.values()), "rows": self.rows}
+        return {
+            "title": self.title,
+            "note": self.note,
+            "columns": list(self.columns),
+            "formats": list(self.columns.values()),
+            "rows": self.rows,
+        }
 
 
 def machine_info() -> dict:
@@ -163,7 +169,13 @@ def machine_info() -> dict:
         names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
         cpu = names[0] if names else cpu
     device = jax.devices()[0]
-    return {"cpu": cpu, "cores": os.cpu_count(), "os": platform.platform(), "jax_backend": jax.default_backend(), "device_kind": device.device_kind}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "os": platform.platform(),
+        "jax_backend": jax.default_backend(),
+        "device_kind": device.device_kind,
+    }
 
 
 def machine() -> str:

@@ -32,6 +32,8 @@ import json
 import statistics
 import time
 
+import ananke_jax as aj
+
 from harness import (
     Table,
     corpus,
@@ -50,8 +52,6 @@ from harness import (
     xgrammar_info,
     xgrammar_walk,
 )  # fmt: skip
-
-import ananke_jax as aj
 
 OURS = "ananke_jax"
 CORPUS = corpus("json_schemas")
@@ -134,7 +134,11 @@ def _failure(e: Exception) -> str:
 
 def compile_table(names: list[str], compilers: dict, repeats: int) -> tuple[Table, dict, list[str]]:
     """The compile seconds per schema and their summaries, the compiled results, the failures."""
-    table = Table(f"cold compile, seconds (median of {repeats})", {"schema": "s", **{f"{e} s": ".3f" for e in compilers}}, "A missing time is a failure (see the notes).")
+    table = Table(
+        f"cold compile, seconds (median of {repeats})",
+        {"schema": "s", **{f"{e} s": ".3f" for e in compilers}},
+        "A missing time is a failure (see the notes).",
+    )
     seconds, compiled, failures = {}, {}, []
     for name in names:
         seconds[name], compiled[name] = cold_compiles(compilers, SCHEMAS[name], repeats)
@@ -173,7 +177,12 @@ def walk_table(names: list[str], walkers: dict, compiled: dict, encode) -> tuple
             else:
                 m[engine] = statistics.mean(per_token)
         fastest = min((m[p] for p in peers if p in m), default=None)
-        table.add(name, len(tokens), *(m[e] * 1e6 if e in m else None for e in ["scan", "loop", "call", *peers]), m["loop"] / fastest if fastest and "loop" in m else None)
+        table.add(
+            name,
+            len(tokens),
+            *(m[e] * 1e6 if e in m else None for e in ["scan", "loop", "call", *peers]),
+            m["loop"] / fastest if fastest and "loop" in m else None,
+        )
     return table, means, failures
 
 
@@ -208,7 +217,10 @@ def group_tables(names: list[str], means: dict, peers: list[str]) -> list[Table]
             rs = peer_ratios(members, means, peers, mode)
             if rs:
                 rows.append([group, mode, statistics.geometric_mean(rs), min(rs), max(rs), len(rs)])
-    ratios = Table("ours / the fastest peer, per schema: geometric mean and range", {"group": "s", "ours": "s", "geometric mean": ".2f", "min": ".2f", "max": ".2f", "schemas": "d"})
+    ratios = Table(
+        "ours / the fastest peer, per schema: geometric mean and range",
+        {"group": "s", "ours": "s", "geometric mean": ".2f", "min": ".2f", "max": ".2f", "schemas": "d"},
+    )
     for row in rows:
         ratios.add(*row)
     return [mean_us, ratios]
@@ -223,7 +235,9 @@ def headlines(names: list[str], compiles: Table, means: dict, engines: list[str]
     peer per token, geometric mean and range over the schemas."""
     medians = dict(zip(engines, next(row for row in compiles.rows if row[0] == "median")[1:]))
     ours, xgr, rows = medians[OURS], medians.get("xgrammar"), []
-    what = f"JSON Schema cold compile, median over {len(names)} schema{'s' if len(names) > 1 else ''} ({vocab.rsplit('-', 1)[-1]} vocabulary)"
+    what = (
+        f"JSON Schema cold compile, median over {len(names)} schema{'s' if len(names) > 1 else ''} ({vocab.rsplit('-', 1)[-1]} vocabulary)"
+    )
     if ours is not None and xgr:
         rows.append(headline(what, f"{ratio_figure(ours / xgr, 'XGrammar')} ({_ms(ours)} vs {_ms(xgr)} ms)"))
     elif ours is not None:

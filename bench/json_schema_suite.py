@@ -27,7 +27,13 @@ def run_suite(keywords: list[str] | None) -> dict:
     """The table of tests/schema_suite.py: ``{"source", "columns", "rows"}``."""
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "suite.json"
-        command = [sys.executable, str(ROOT / "tests" / "schema_suite.py"), "--json", str(out), *(["--keywords", *keywords] if keywords else [])]
+        command = [
+            sys.executable,
+            str(ROOT / "tests" / "schema_suite.py"),
+            "--json",
+            str(out),
+            *(["--keywords", *keywords] if keywords else []),
+        ]
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         return json.loads(out.read_text(encoding="utf-8"))
 
@@ -39,9 +45,18 @@ def headlines(total: list) -> list[dict]:
     compiled = passed + failed
     rows = []
     if compiled:
-        rows.append(headline("JSON Schema Test Suite (2020-12): in-scope cases passed, of those compiled", f"{passed / compiled:.1%} ({passed:,}/{compiled:,})"))
+        rows.append(
+            headline(
+                "JSON Schema Test Suite (2020-12): in-scope cases passed, of those compiled",
+                f"{passed / compiled:.1%} ({passed:,}/{compiled:,})",
+            )
+        )
     if cases:
-        rows.append(headline("JSON Schema Test Suite (2020-12): in-scope cases whose schema compiles", f"{compiled / cases:.1%} ({compiled:,}/{cases:,})"))
+        rows.append(
+            headline(
+                "JSON Schema Test Suite (2020-12): in-scope cases whose schema compiles", f"{compiled / cases:.1%} ({compiled:,}/{cases:,})"
+            )
+        )
     return rows
 
 

@@ -98,11 +98,15 @@ def section(name: str, r: dict | None, doc: list[str]) -> str:
     full = shlex.join(a for a in shlex.split(r["command"]) if a != "--quick")
     parts = [f"## {name}: `{full}`{' (quick run)' if r['quick'] else ''}", f"_{provenance(r)}_", *doc[1:]]
     if r["quick"]:
-        parts.append(f"**Quick run** (`{r['command']}`): a check that the script works, not a figure to quote; `{full}` gives the full one.")
+        parts.append(
+            f"**Quick run** (`{r['command']}`): a check that the script works, not a figure to quote; `{full}` gives the full one."
+        )
     elif full != r["command"]:
         parts.append(f"Command: `{r['command']}`")
-    for table in r["results"].get("tables", []):
-        parts.append(f"### {table['title']}\n\n{markdown_table(table)}" + (f"\n\n{table['note']}" if table["note"] else ""))
+    parts.extend(
+        f"### {table['title']}\n\n{markdown_table(table)}" + (f"\n\n{table['note']}" if table["note"] else "")
+        for table in r["results"].get("tables", [])
+    )
     if r["results"].get("notes"):
         parts.append("\n".join(f"- {note}" for note in r["results"]["notes"]))
     return "\n\n".join(parts)
@@ -141,7 +145,16 @@ def headline_table(records: dict[str, dict]) -> str:
     """The README's headline table: the records' "headline" rows in the order of the sections, or
     a line saying that none is recorded."""
     rows = [
-        "| " + " | ".join([row["what"].replace("|", "\\|"), row["figure"].replace("|", "\\|"), short_provenance(r), f"`{r['command']}`".replace("|", "\\|")]) + " |"
+        "| "
+        + " | ".join(
+            [
+                row["what"].replace("|", "\\|"),
+                row["figure"].replace("|", "\\|"),
+                short_provenance(r),
+                f"`{r['command']}`".replace("|", "\\|"),
+            ]
+        )
+        + " |"
         for r in (records[name] for name in ordered(records))
         for row in r["results"].get("headline", [])
     ]

@@ -16,9 +16,10 @@ import time
 
 import jax
 import jax.numpy as jnp
-from harness import Table, corpus, headline, interleaved_medians, load_vocabularies, parse, parser, ratio_figure, record
 
 import ananke_jax as aj
+
+from harness import Table, corpus, headline, interleaved_medians, load_vocabularies, parse, parser, ratio_figure, record
 
 STEP_REGEX = r'\{"name": "[A-Za-z ]{1,40}", "email": "[a-z0-9.]+@[a-z0-9]+\.[a-z]{2,4}", "age": (0|[1-9]\d{0,2})\}'
 LOGIT_BANK = 4  # distinct logit arrays cycled through, standing in for a model's output
@@ -79,7 +80,14 @@ def compile_table(vocabs: dict) -> Table:
     regexes = corpus("regexes")
     table = Table(
         f"compile: the {len(regexes)} test regexes, and the step's regex ({len(STEP_REGEX)} chars)",
-        {"vocabulary": "s", "median ms": ".1f", "max ms": ".1f", "largest tables MB": ".2f", "step regex ms": ".1f", "first compile ms": ".0f"},
+        {
+            "vocabulary": "s",
+            "median ms": ".1f",
+            "max ms": ".1f",
+            "largest tables MB": ".2f",
+            "step regex ms": ".1f",
+            "first compile ms": ".0f",
+        },
         "A vocabulary's first compile also builds its caches (token ids, byte trie): timed apart, before the others.",
     )
     for name, vocab in vocabs.items():
@@ -99,7 +107,12 @@ def compile_table(vocabs: dict) -> Table:
 def headlines(table: Table) -> list[dict]:
     """The constrained / unconstrained step ratio at the smallest batch and at the largest."""
     rows = sorted(table.rows, key=lambda row: row[0])
-    return [headline(f"constrained decode step in a jitted scan, batch {row[0]} (regex, 131k vocabulary)", ratio_figure(row[3], "unconstrained")) for row in (rows[:1] + rows[-1:] if len(rows) > 1 else rows)]
+    return [
+        headline(
+            f"constrained decode step in a jitted scan, batch {row[0]} (regex, 131k vocabulary)", ratio_figure(row[3], "unconstrained")
+        )
+        for row in (rows[:1] + rows[-1:] if len(rows) > 1 else rows)
+    ]
 
 
 def main():

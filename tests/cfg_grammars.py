@@ -9,22 +9,56 @@ ARITHMETIC = grammar(
     ignore=["WS"],
 )
 # A toy vocabulary for ARITHMETIC with bridge tokens across terminals and ignored spaces.
-ARITHMETIC_TOKENS = [b"<eos>"] + [bytes([c]) for c in b"0123456789+*() "] + [
-    b"12", b"+(", b")*", b"1+", b"(1", b"))", b" +", b"+ ", b"2)", b"1 2", b"((", b"2+3", b"3 *", b"0)+(",
-]
+ARITHMETIC_TOKENS = (
+    [b"<eos>"]
+    + [bytes([c]) for c in b"0123456789+*() "]
+    + [
+        b"12",
+        b"+(",
+        b")*",
+        b"1+",
+        b"(1",
+        b"))",
+        b" +",
+        b"+ ",
+        b"2)",
+        b"1 2",
+        b"((",
+        b"2+3",
+        b"3 *",
+        b"0)+(",
+    ]
+)
 
 JSON = grammar(
     [
-        ("value", ["object"]), ("value", ["array"]), ("value", ["STRING"]), ("value", ["NUMBER"]),
-        ("value", ["TRUE"]), ("value", ["FALSE"]), ("value", ["NULL"]),
-        ("object", ["LBRACE", "RBRACE"]), ("object", ["LBRACE", "members", "RBRACE"]),
-        ("members", ["pair"]), ("members", ["members", "COMMA", "pair"]), ("pair", ["STRING", "COLON", "value"]),
-        ("array", ["LBRACK", "RBRACK"]), ("array", ["LBRACK", "elements", "RBRACK"]),
-        ("elements", ["value"]), ("elements", ["elements", "COMMA", "value"]),
+        ("value", ["object"]),
+        ("value", ["array"]),
+        ("value", ["STRING"]),
+        ("value", ["NUMBER"]),
+        ("value", ["TRUE"]),
+        ("value", ["FALSE"]),
+        ("value", ["NULL"]),
+        ("object", ["LBRACE", "RBRACE"]),
+        ("object", ["LBRACE", "members", "RBRACE"]),
+        ("members", ["pair"]),
+        ("members", ["members", "COMMA", "pair"]),
+        ("pair", ["STRING", "COLON", "value"]),
+        ("array", ["LBRACK", "RBRACK"]),
+        ("array", ["LBRACK", "elements", "RBRACK"]),
+        ("elements", ["value"]),
+        ("elements", ["elements", "COMMA", "value"]),
     ],
     {
-        "LBRACE": r"\{", "RBRACE": r"\}", "LBRACK": r"\[", "RBRACK": r"\]", "COMMA": ",", "COLON": ":",
-        "TRUE": "true", "FALSE": "false", "NULL": "null",
+        "LBRACE": r"\{",
+        "RBRACE": r"\}",
+        "LBRACK": r"\[",
+        "RBRACK": r"\]",
+        "COMMA": ",",
+        "COLON": ":",
+        "TRUE": "true",
+        "FALSE": "false",
+        "NULL": "null",
         "STRING": r'"([^"\\\x00-\x1f]|\\(["\\/bfnrt]|u[0-9a-fA-F]{4}))*"',
         "NUMBER": r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?",
         "WS": r"[ \t\n\r]+",

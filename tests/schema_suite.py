@@ -24,15 +24,50 @@ import pathlib
 
 import numpy as np
 import pytest
-from earley import EarleyRecogniser
 
 import ananke_jax as aj
 from ananke_jax._src.json_schema.api import json_schema_rules
 from ananke_jax._src.json_schema.assemble import recursive_rules, to_grammar
 
+from earley import EarleyRecogniser
+
 SUITE = pathlib.Path(os.environ.get("JSON_SCHEMA_TEST_SUITE", pathlib.Path(__file__).parents[2] / "shared/data/JSON-Schema-Test-Suite"))
 DRAFT = SUITE / "tests/draft2020-12"
-KEYWORDS = ["type", "enum", "const", "boolean_schema", "properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "items", "prefixItems", "minItems", "maxItems", "contains", "minContains", "maxContains", "anyOf", "oneOf", "allOf", "ref", "defs", "if-then-else", "not"]
+KEYWORDS = [
+    "type",
+    "enum",
+    "const",
+    "boolean_schema",
+    "properties",
+    "required",
+    "additionalProperties",
+    "patternProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "items",
+    "prefixItems",
+    "minItems",
+    "maxItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "ref",
+    "defs",
+    "if-then-else",
+    "not",
+]
 FORMATS = ["date", "time", "date-time", "duration", "uuid", "email", "ipv4", "ipv6", "hostname", "uri"]
 # (keyword, group) -> why the group tests what is out of scope. Its cases are counted apart; their
 # verdicts are still pinned by test_json_schema_suite.py.

@@ -9,12 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_generate import CONFIG, PARAMS, SCHEMA, STEP, TOKENS, VOCAB, _generate, _last_logits, _texts
 
 import ananke_jax as aj
 from ananke_jax._src.drafts import propose, record
 from ananke_jax._src.models.llama import init_cache
 from ananke_jax._src.runtime.sampling import filter_logits
+
+from test_generate import CONFIG, PARAMS, SCHEMA, STEP, TOKENS, VOCAB, _generate, _last_logits, _texts
 
 GREEDY, HOT = aj.SamplingParams(temperature=0.0), aj.SamplingParams(temperature=1.0)
 NESTED = 'root ::= "[" (item ("," item)*)? "]"\nitem ::= [0-9]+ | root'
@@ -58,7 +59,9 @@ def test_greedy_speculation_gives_the_tokens_of_plain_decoding(name, draft_lengt
     accepted = 0
     for seed in range(3):
         plain = _generate(constraint, batch=4, new=30, sampling=GREEDY, seed=seed)
-        fast = _generate(constraint, batch=4, new=30, sampling=GREEDY, seed=seed, acceleration="speculative", draft_length=draft_length, drafts=drafts)
+        fast = _generate(
+            constraint, batch=4, new=30, sampling=GREEDY, seed=seed, acceleration="speculative", draft_length=draft_length, drafts=drafts
+        )
         _same(plain, fast)
         accepted += int(np.asarray(fast.stats["accepted"]).sum())
         assert int(fast.stats["model_calls"]) <= int(plain.stats["model_calls"])
@@ -69,7 +72,10 @@ def test_greedy_speculation_gives_the_tokens_of_plain_decoding(name, draft_lengt
 
 @pytest.mark.slow
 def test_speculation_over_a_bank_with_free_rows_gives_plain_tokens():
-    grammars = [CONSTRAINTS["pushdown"](), aj.compile_json_schema({"type": "array", "items": {"type": "integer"}, "maxItems": 3}, VOCAB, engine="pushdown")]
+    grammars = [
+        CONSTRAINTS["pushdown"](),
+        aj.compile_json_schema({"type": "array", "items": {"type": "integer"}, "maxItems": 3}, VOCAB, engine="pushdown"),
+    ]
     bank, index = aj.stack_grammars(grammars), np.array([0, 1, -1, 1])
     plain = _generate(bank, batch=4, new=24, sampling=GREEDY, grammar_index=index)
     fast = _generate(bank, batch=4, new=24, sampling=GREEDY, grammar_index=index, acceleration="speculative")
@@ -112,7 +118,12 @@ def _byte_walker(cg, vocab):
     return masks.astype(bool), walk
 
 
-ORDERS = {"anyOf": [{"type": "object", "properties": {key: {"type": "integer"}}, "required": [key], "additionalProperties": False} for key in ("order", "orderId")]}
+ORDERS = {
+    "anyOf": [
+        {"type": "object", "properties": {key: {"type": "integer"}}, "required": [key], "additionalProperties": False}
+        for key in ("order", "orderId")
+    ]
+}
 ORDER_VOCAB = aj.Vocabulary.from_tokens(TOKENS + [b"order", b"orderId", b'Id"'], eos_token_ids=[0])
 
 
@@ -138,10 +149,10 @@ def test_a_forced_token_keeps_every_continuation_of_the_tokens_it_cuts(name):
                 continue
             after_t, word = int(next_state[state, class_of[t]]), vocab.token_bytes(t)
             if len(word) > len(text):
-                assert word.startswith(text) and walk(after_f, word[len(text):]) == after_t, (state, text, word)
+                assert word.startswith(text) and walk(after_f, word[len(text) :]) == after_t, (state, text, word)
                 cuts.add((text, word))
             else:
-                assert text.startswith(word) and walk(after_t, text[len(word):]) == after_f, (state, text, word)
+                assert text.startswith(word) and walk(after_t, text[len(word) :]) == after_f, (state, text, word)
     if name == "orders":
         assert (b"order", b"orderId") in cuts
 

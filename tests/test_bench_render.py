@@ -19,8 +19,9 @@ SCRIPTS = sorted(p for p in BENCH.glob("*.py") if p.stem not in ("harness", "ren
 def bench(monkeypatch):
     """The harness and the renderer, imported the way the scripts import them."""
     monkeypatch.syspath_prepend(str(BENCH))
-    import harness
     import render
+
+    import harness
 
     return harness, render
 
@@ -81,12 +82,17 @@ def headline_records(bench, tmp_path) -> pathlib.Path:
     harness, _ = bench
     results = tmp_path / "results"
     rows = {
-        "step": [harness.headline("decode step, batch 1", harness.ratio_figure(1.0123, "unconstrained")), harness.headline("a|b", harness.ratio_figure(12.34, "c"))],
+        "step": [
+            harness.headline("decode step, batch 1", harness.ratio_figure(1.0123, "unconstrained")),
+            harness.headline("a|b", harness.ratio_figure(12.34, "c")),
+        ],
         "cfg": [harness.headline("mask + advance per token", f"{harness.ratio_figure(0.8, 'llguidance')} (JSON, 131k)")],
         "fusion": [],
     }
     for name, headline in rows.items():
-        harness.record(name, argparse.Namespace(quick=name == "cfg"), {"tables": [], **({"headline": headline} if headline else {})}, directory=results)
+        harness.record(
+            name, argparse.Namespace(quick=name == "cfg"), {"tables": [], **({"headline": headline} if headline else {})}, directory=results
+        )
     return results
 
 
@@ -125,10 +131,21 @@ def test_short_provenance(bench):
         "date": "2025-03-04T23:30:00+00:00",
         "quick": False,
         "git": {"commit": "abc1234", "dirty": True},
-        "machine": {"cpu": "Some CPU", "cores": 2, "os": "Linux-6.8.0-gcp-x86_64-with-glibc2.39", "jax_backend": "cpu", "device_kind": "cpu"},
+        "machine": {
+            "cpu": "Some CPU",
+            "cores": 2,
+            "os": "Linux-6.8.0-gcp-x86_64-with-glibc2.39",
+            "jax_backend": "cpu",
+            "device_kind": "cpu",
+        },
     }
     assert render.short_provenance(r) == "2025-03-04 · x86_64 2-core CPU (jax cpu) · abc1234 (modified)"
-    gpu = {**r, "quick": True, "git": {"commit": "abc1234", "dirty": False}, "machine": {**r["machine"], "jax_backend": "gpu", "device_kind": "NVIDIA H100 80GB HBM3"}}
+    gpu = {
+        **r,
+        "quick": True,
+        "git": {"commit": "abc1234", "dirty": False},
+        "machine": {**r["machine"], "jax_backend": "gpu", "device_kind": "NVIDIA H100 80GB HBM3"},
+    }
     assert render.short_provenance(gpu) == "2025-03-04 · NVIDIA H100 80GB HBM3 · abc1234 (quick run)"
 
 
@@ -170,7 +187,9 @@ def test_bench_leaves_sys_path_and_tests_alone(path):
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
 def test_bench_script_takes_quick_and_records(path):
-    calls = {n.func.id for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    calls = {
+        n.func.id for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
     assert {"parser", "parse", "record"} <= calls, f"{path.name} must parse its arguments with the harness (--quick) and record its results"
 
 

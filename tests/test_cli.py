@@ -33,7 +33,9 @@ def _outputs(stdout: str) -> list[tuple[str, str]]:
 
 @pytest.mark.slow
 def test_generate_with_a_regex_checks_every_row():
-    run = _cli("generate", "--model", "tiny", "--regex", "[a-z]{2,6}( [0-9]{1,3})?", "--batch", "3", "--max-tokens", "12", "--temperature", "1")
+    run = _cli(
+        "generate", "--model", "tiny", "--regex", "[a-z]{2,6}( [0-9]{1,3})?", "--batch", "3", "--max-tokens", "12", "--temperature", "1"
+    )
     assert run.returncode == 0, run.stderr
     rows = _outputs(run.stdout)
     assert len(rows) == 3 and all(re.fullmatch("[a-z]{2,6}( [0-9]{1,3})?", text) and verdict == "valid" for text, verdict in rows)
@@ -49,7 +51,19 @@ def test_generate_with_a_schema_and_a_grammar(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert [json.loads(text) for text, _ in _outputs(run.stdout)] in ([{"ok": True}], [{"ok": False}])
     assert "acceleration: speculative (auto)" in run.stdout and re.search(r"speculative: \d+/\d+ draft tokens accepted", run.stdout)
-    run = _cli("generate", "--model", "tiny", "--schema", str(tmp_path / "s.json"), "--max-tokens", "24", "--temperature", "0", "--acceleration", "jump_forward")
+    run = _cli(
+        "generate",
+        "--model",
+        "tiny",
+        "--schema",
+        str(tmp_path / "s.json"),
+        "--max-tokens",
+        "24",
+        "--temperature",
+        "0",
+        "--acceleration",
+        "jump_forward",
+    )
     assert run.returncode == 0, run.stdout + run.stderr  # forced keys emitted unasked, the record still valid
     assert [json.loads(text) for text, _ in _outputs(run.stdout)] in ([{"ok": True}], [{"ok": False}])
     assert re.search(r"jump_forward: [1-9]\d*/\d+ draft tokens accepted", run.stdout)

@@ -25,7 +25,9 @@ NEW = 20
 
 def _fresh_process(script: str, *args) -> object:
     """Run ``script`` in a new interpreter (argv: args) and parse the JSON it prints."""
-    run = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *map(str, args)], capture_output=True, text=True, timeout=300, check=False)
+    run = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *map(str, args)], capture_output=True, text=True, timeout=300, check=False
+    )
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout.strip().splitlines()[-1])
 

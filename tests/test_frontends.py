@@ -15,7 +15,6 @@ from unittest import mock
 
 import lark.parser_frontends
 import pytest
-from earley import EarleyRecogniser
 from lark import Lark
 from lark.exceptions import LarkError
 
@@ -26,6 +25,8 @@ from ananke_jax._src.frontends import gbnf_to_ir, lark_to_ir
 from ananke_jax._src.frontends.gbnf import MAX_INLINE_REGEX
 from ananke_jax._src.grammar_text import lark_names, to_lark
 from ananke_jax._src.ir import Grammar
+
+from earley import EarleyRecogniser
 
 GRAMMARS_DIR = pathlib.Path(__file__).resolve().parent.parent / "grammars"
 
@@ -251,8 +252,8 @@ def test_custom_root():
 class _RandomGrammar:
     """A random GBNF grammar over rules root, r1, r2, written also directly in Lark's EBNF."""
 
-    ATOMS = [('"a"', '"a"'), ('"ab"', '"ab"'), ('"("', '"("'), ("[ab]", "/[ab]/"), ("[^a]", "/[^a]/"), (".", "/(?s:.)/")]
-    QUANTIFIERS = [("*", "*"), ("+", "+"), ("?", "?"), ("{2}", " ~ 2"), ("{0,2}", " ~ 0..2"), ("{1,2}", " ~ 1..2")]
+    ATOMS = (('"a"', '"a"'), ('"ab"', '"ab"'), ('"("', '"("'), ("[ab]", "/[ab]/"), ("[^a]", "/[^a]/"), (".", "/(?s:.)/"))
+    QUANTIFIERS = (("*", "*"), ("+", "+"), ("?", "?"), ("{2}", " ~ 2"), ("{0,2}", " ~ 0..2"), ("{1,2}", " ~ 1..2"))
 
     def __init__(self, rng):
         self.rng = rng
@@ -381,7 +382,7 @@ def test_regex_flags():
 
 
 def test_string_delimiters_other_than_double_quotes():
-    grammar = lark_to_ir("start: STRING\nSTRING: \"'\" _STRING_ESC_INNER \"'\"\n%import common._STRING_ESC_INNER")
+    grammar = lark_to_ir('start: STRING\nSTRING: "\'" _STRING_ESC_INNER "\'"\n%import common._STRING_ESC_INNER')
     assert _terminal(grammar, "STRING") == r"'(?:[^'\\\n]|\\.)*'"
 
 

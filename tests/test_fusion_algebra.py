@@ -9,7 +9,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from oracles import unpack
 
 import ananke_jax as aj
 from ananke_jax.fusion import (
@@ -27,6 +26,8 @@ from ananke_jax.fusion import (
     select_active_domains,
     serialize_config_json,
 )
+
+from oracles import unpack
 
 V = 200  # tokens in these tests; W = 7 packed words
 HARD = ("syntax", "types", "imports")
@@ -243,8 +244,13 @@ def test_additive_scores_keep_the_ranking_of_tokens_with_equal_adjustments():
 def test_config_json_round_trip_and_stable_form():
     configs = [
         FusionConfig(),
-        FusionConfig(intensity="exhaustive", control_flow_weight=0.1, semantics_weight=-2.5, adaptive_switching=False, soft_temperature=1e-3),
-        FusionConfig(phase_triggers={"<think>": "reasoning", "</think>": "structured_output", "```": GenerationPhase.TRANSITION}, initial_phase="reasoning"),
+        FusionConfig(
+            intensity="exhaustive", control_flow_weight=0.1, semantics_weight=-2.5, adaptive_switching=False, soft_temperature=1e-3
+        ),
+        FusionConfig(
+            phase_triggers={"<think>": "reasoning", "</think>": "structured_output", "```": GenerationPhase.TRANSITION},
+            initial_phase="reasoning",
+        ),
     ]
     for config in configs:
         text = serialize_config_json(config)

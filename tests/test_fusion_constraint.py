@@ -9,8 +9,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from fusion_oracles import DeferredOracle, brute_phases, scripted_generation
-from oracles import ReferenceMasks, unpack
 
 import ananke_jax as aj
 from ananke_jax._src.compile.regex import regex_to_dfa
@@ -23,6 +21,9 @@ from ananke_jax.fusion import (
     soft_grammar,
     soft_scores,
 )
+
+from fusion_oracles import DeferredOracle, brute_phases, scripted_generation
+from oracles import ReferenceMasks, unpack
 
 SYNTAX = r'\{"city": "[A-Za-z ]{1,12}", "n": [0-9]{1,2}\}'
 TYPES = r'\{"city": "[A-Z][a-z]*( [A-Z][a-z]*)?", "n": [1-9][0-9]?\}'
@@ -154,14 +155,18 @@ def test_eager_jit_and_vmap_steps_agree(sentencepiece_vocab):
     logits = jax.random.normal(jax.random.key(2), (3, vocab.logits_width))
     states = jax.vmap(lambda _: fc.init_state())(jnp.arange(3))
     for _ in range(2):
-        tokens, new_states = jax.jit(jax.vmap(aj.constrained_step, in_axes=(None, 0, 0, 0, None)), static_argnums=4)(fc, states, logits, keys, params)
+        tokens, new_states = jax.jit(jax.vmap(aj.constrained_step, in_axes=(None, 0, 0, 0, None)), static_argnums=4)(
+            fc, states, logits, keys, params
+        )
         for i in range(3):
             state_i = jax.tree_util.tree_map(lambda x, i=i: x[i], states)
             with jax.disable_jit():
                 eager_token, eager_state = aj.constrained_step(fc, state_i, logits[i], keys[i], params)
             jit_token, jit_state = _step(fc, state_i, logits[i], keys[i], params)
             assert int(eager_token) == int(jit_token) == int(tokens[i])
-            for a, b, c in zip(jax.tree_util.tree_leaves(eager_state), jax.tree_util.tree_leaves(jit_state), jax.tree_util.tree_leaves(new_states)):
+            for a, b, c in zip(
+                jax.tree_util.tree_leaves(eager_state), jax.tree_util.tree_leaves(jit_state), jax.tree_util.tree_leaves(new_states)
+            ):
                 np.testing.assert_array_equal(a, b)
                 np.testing.assert_array_equal(b, c[i])
         states, keys = new_states, jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
@@ -172,7 +177,14 @@ def test_reasoning_phase_keeps_syntax_alone(tekken_vocab):
     syntax = aj.compile_regex(r"(?s).*", vocab)
     types = aj.compile_regex(r"[a-z<>/ ]*", vocab)
     ids = [i for i, t in enumerate(vocab.tokens) if t in (b"a", b"<", b">", b"think", b" ")]
-    fc = fused(vocab, syntax=syntax, types=types, imports=aj.allowed_tokens(ids, vocab), semantics=soft_scores(np.ones(vocab.logits_width)), config=CONFIG)
+    fc = fused(
+        vocab,
+        syntax=syntax,
+        types=types,
+        imports=aj.allowed_tokens(ids, vocab),
+        semantics=soft_scores(np.ones(vocab.logits_width)),
+        config=CONFIG,
+    )
     encode_ids = {t: i for i, t in enumerate(vocab.tokens) if t in (b"<", b"think", b">")}
     state = fc.init_state()
     structured = unpack(aj.token_mask(fc, state))
@@ -212,7 +224,13 @@ def test_allowed_tokens(sentencepiece_vocab):
     assert bool(aj.accepts(allow, state)) and not bool(aj.is_error(allow, state))
     token, _ = aj.constrained_step(allow, state, jnp.arange(vocab.logits_width, dtype=jnp.float32), jax.random.key(0))
     assert int(token) == 31999
-    for ids, message in [([32000], "outside the vocabulary"), ([-1], "outside"), ([1], "special tokens"), ([[1, 2]], "1-D"), ([0.5], "integers")]:
+    for ids, message in [
+        ([32000], "outside the vocabulary"),
+        ([-1], "outside"),
+        ([1], "special tokens"),
+        ([[1, 2]], "1-D"),
+        ([0.5], "integers"),
+    ]:
         with pytest.raises(FusionError, match=message):
             aj.allowed_tokens(ids, vocab)
 
@@ -242,7 +260,12 @@ def test_fused_refuses_bad_domains(sentencepiece_vocab, tekken_vocab):
 
 
 def test_logits_wider_than_the_vocabulary(sentencepiece_vocab):
-    wide = aj.Vocabulary(sentencepiece_vocab.tokens, eos_token_ids=sentencepiece_vocab.eos_token_ids, special_token_ids=sentencepiece_vocab.special_token_ids, logits_width=32_100)
+    wide = aj.Vocabulary(
+        sentencepiece_vocab.tokens,
+        eos_token_ids=sentencepiece_vocab.eos_token_ids,
+        special_token_ids=sentencepiece_vocab.special_token_ids,
+        logits_width=32_100,
+    )
     syntax = aj.compile_regex(r"(?s).*", wide)
     fc = fused(wide, syntax=syntax, semantics=soft_scores(np.ones(32_100)), config=FusionConfig(intensity="full"))
     text = np.flatnonzero(unpack(aj.token_mask(syntax, syntax.init_state())))

@@ -9,16 +9,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cfg_grammars import JSON, JSON_EXAMPLES
-from earley import SharedEarley
-from fusion_oracles import DeferredOracle, brute_phases, first_end, scripted_generation
-from oracles import ReferenceMasks, random_member, unpack
 
 import ananke_jax as aj
 from ananke_jax._src.compile.cfg import compile_ir
 from ananke_jax._src.compile.regex import regex_to_dfa
 from ananke_jax._src.fusion.triggers import aho_corasick, spell
 from ananke_jax.fusion import FusionError, GenerationPhase, deferred, phase_tracker
+
+from cfg_grammars import JSON, JSON_EXAMPLES
+from earley import SharedEarley
+from fusion_oracles import DeferredOracle, brute_phases, first_end, scripted_generation
+from oracles import ReferenceMasks, random_member, unpack
 
 R, S, T = GenerationPhase.REASONING, GenerationPhase.STRUCTURED_OUTPUT, GenerationPhase.TRANSITION
 PHASE_TRIGGERS = {"<think>": R, "</think>": S, "think>": T, "```json": S, "```": T, "é\n": R}

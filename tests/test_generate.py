@@ -52,7 +52,9 @@ def _generate(constraint, batch=4, new=24, sampling=SAMPLE, seed=0, **options):
 
 
 def _texts(result: GenerationResult) -> list[str]:
-    return [b"".join(VOCAB.token_bytes(t) for t in row[:n]).decode() for row, n in zip(np.asarray(result.tokens), np.asarray(result.lengths))]
+    return [
+        b"".join(VOCAB.token_bytes(t) for t in row[:n]).decode() for row, n in zip(np.asarray(result.tokens), np.asarray(result.lengths))
+    ]
 
 
 @jax.jit
@@ -195,7 +197,11 @@ def test_a_bank_of_context_free_grammars_with_free_rows():
     constraint) produce the tokens their own grammar (or no constraint) produces alone; finished
     rows parse."""
     jsonschema = pytest.importorskip("jsonschema")
-    tree = {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#"}}}, "required": ["v"]}
+    tree = {
+        "type": "object",
+        "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#"}}},
+        "required": ["v"],
+    }
     nested = 'root ::= "[" (item ("," item)*)? "]"\nitem ::= [0-9]+ | root'
     grammars = [
         aj.compile_gbnf(nested, VOCAB, stack_depth=16),

@@ -6,11 +6,12 @@ import random
 
 import numpy as np
 import pytest
+
+import ananke_jax as aj
+
 from earley import EarleyRecogniser, SharedEarley
 from test_frontends import GRAMMAR_COUNTEREXAMPLES, GRAMMAR_EXAMPLES, load_grammar_file
 from test_pushdown import _accepts, _advance, _mask, example_prefixes, random_walk_check
-
-import ananke_jax as aj
 
 # sql_select.lark is left out with the 131k vocabulary: without lexer priorities, runs of letters
 # split into keywords and names in very many ways, and its compile takes minutes.
@@ -24,7 +25,7 @@ CASES = [
 FAST_CASES = {("arithmetic.lark", "sentencepiece"), ("json.gbnf", "sentencepiece")}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _grammar(name):
     return load_grammar_file(name)
 
@@ -55,7 +56,7 @@ def test_examples_are_accepted_token_by_token_and_complete_only_at_the_end(case)
 
 
 def test_counterexamples_are_rejected(case):
-    name, vocab, encode, cg, _ = case
+    name, _vocab, encode, cg, _ = case
     for text in GRAMMAR_COUNTEREXAMPLES[name]:
         state, rejected = cg.init_state(), False
         for token in encode(text):

@@ -12,24 +12,24 @@ import jax.numpy as jnp
 import jsonschema
 import numpy as np
 import pytest
-from earley import EarleyRecogniser
-from json_schemas import EXAMPLES, RECURSIVE, REGULAR
 from lark import Lark
-from schema_suite import Walker
-from test_pushdown import _accepts as _accepts_state
-from test_pushdown import _advance, _mask
 
 import ananke_jax as aj
 from ananke_jax._src.compile import regex_ast as rx
-from ananke_jax._src.json_schema import numbers
-from ananke_jax._src.json_schema.api import json_schema_rules
-from ananke_jax._src.json_schema.assemble import inline
 from ananke_jax._src.compile import token_table
 from ananke_jax._src.compile.token_table import token_columns
 from ananke_jax._src.compile.token_trie import single_group, vocabulary_trie
 from ananke_jax._src.compile.unit_loops import expand_unit_loops, loop_columns
-from ananke_jax._src.json_schema import strings
+from ananke_jax._src.json_schema import numbers, strings
+from ananke_jax._src.json_schema.api import json_schema_rules
+from ananke_jax._src.json_schema.assemble import inline
 from ananke_jax._src.json_schema.gaps import expand_gaps, with_bounded_gaps
+
+from earley import EarleyRecogniser
+from json_schemas import EXAMPLES, RECURSIVE, REGULAR
+from schema_suite import Walker
+from test_pushdown import _accepts as _accepts_state
+from test_pushdown import _advance, _mask
 
 STEPS = 96
 _STRUCTURAL = (b"{", b"}", b"[", b"]", b'"', b",", b":", b'":', b'",', b"1", b"0", b"true", b"null", b" ")
@@ -78,7 +78,7 @@ def test_regular_schemas_round_trip_through_a_bank_under_jit_vmap_and_scan(real_
     assert all(isinstance(cg, aj.RegularGrammar) for cg in compiled)
     bank = aj.stack_grammars(compiled)
     run = jax.jit(jax.vmap(lambda cg, key: _generate(cg, vocab, key)))
-    finished = {n: 0 for n in names}
+    finished = dict.fromkeys(names, 0)
     for seed in range(4):
         tokens, done, state = run(bank, jax.random.split(jax.random.key(seed), len(names)))
         for i, n in enumerate(names):
@@ -106,7 +106,9 @@ def test_recursive_schemas_round_trip_through_the_pushdown_engine(name, real_voc
     assert finished
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in RECURSIVE and n != "linked_list" else n for n in sorted(EXAMPLES)])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in RECURSIVE and n != "linked_list" else n for n in sorted(EXAMPLES)]
+)
 def test_examples_are_valid_and_accepted_token_by_token(name, sentencepiece_vocab, sentencepiece_encode):
     """The walks of bench/json_schema.py: json.dumps' ", " and ": " are flexible whitespace."""
     schema, text = {**REGULAR, **RECURSIVE}[name], json.dumps(EXAMPLES[name])
@@ -145,7 +147,7 @@ def test_layouts_accept_their_spellings_and_only_them(layout):
         for v in values:
             compact = json.dumps(v, separators=(",", ":"))
             indented = json.dumps(v, indent=layout if isinstance(layout, int) else 2)
-            assert _accepts(dfa, compact) == (layout != 2 and layout != 4 or compact == indented), (name, layout)
+            assert _accepts(dfa, compact) == ((layout != 2 and layout != 4) or compact == indented), (name, layout)
             if isinstance(layout, int):
                 assert _accepts(dfa, json.dumps(v, indent=layout)), (name, layout)
             else:
@@ -178,7 +180,11 @@ def _inlined(rules, rewrite=lambda node: node):
 # Strings that exercise the count chains: bounds on both sides, several strings, keys after values.
 STRING_LOOPS = {
     "bounded_items": {"type": "array", "items": {"type": "string", "minLength": 2, "maxLength": 5}, "maxItems": 3},
-    "free_and_min": {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string", "minLength": 3}}, "required": ["a", "b"]},
+    "free_and_min": {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "string", "minLength": 3}},
+        "required": ["a", "b"],
+    },
     "string_or_null": {"type": ["string", "null"], "maxLength": 1},
 }
 
@@ -260,6 +266,7 @@ def test_count_chains_that_read_other_bytes_keep_the_whole_walk():
     """Loop columns assume a counting state reads only characters and the closing quote; a chain
     that reads another byte (here a control byte after the characters) is expanded all the same,
     to the spelled automaton, but walked whole."""
+
     def language(unit):
         chars = rx.repeat(unit, 0, 2)
         return rx.alt(rx.seq(rx.Text('"'), chars, rx.Text('"')), rx.seq(rx.Text('"'), chars, rx.Text("\x01")))
@@ -329,7 +336,10 @@ def test_automata_too_large_to_print_are_refused_clearly():
 def test_number_intervals_and_multiples_match_decimal_arithmetic(integer):
     rng = random.Random(0)
     spelling = re.compile(r"-?(0|[1-9][0-9]*)" + ("" if integer else r"(\.[0-9]+)?"))
-    candidates = {f"{rng.choice(['', '-'])}{rng.choice([0, 1, 5, 9, 10, 19, 100, rng.randint(0, 3000)])}{'' if integer else rng.choice(['', '.0', '.5', '.05', '.25', '.999'])}" for _ in range(400)}
+    candidates = {
+        f"{rng.choice(['', '-'])}{rng.choice([0, 1, 5, 9, 10, 19, 100, rng.randint(0, 3000)])}{'' if integer else rng.choice(['', '.0', '.5', '.05', '.25', '.999'])}"
+        for _ in range(400)
+    }
     bounds = [None, decimal.Decimal(0), decimal.Decimal("0.5"), decimal.Decimal(-3), decimal.Decimal("19.25"), decimal.Decimal(100)]
     for lo in bounds:
         for hi in bounds:
@@ -347,7 +357,9 @@ def test_number_intervals_and_multiples_match_decimal_arithmetic(integer):
                         ok = bool(spelling.fullmatch(c))
                     assert _accepts(dfa, c) == ok, (lo, lo_open, hi, hi_open, c)
     for divisor in ["2", "7", "0.5", "0.25"]:
-        dfa = rx.intersect(numbers.multiple_of(decimal.Decimal(divisor), integer=integer).dfa, rx.to_dfa(numbers.json_number(integer=integer)))
+        dfa = rx.intersect(
+            numbers.multiple_of(decimal.Decimal(divisor), integer=integer).dfa, rx.to_dfa(numbers.json_number(integer=integer))
+        )
         for c in candidates:
             expected = bool(spelling.fullmatch(c)) and decimal.Decimal(c) % decimal.Decimal(divisor) == 0
             assert _accepts(dfa, c) == expected, (divisor, c)
@@ -387,8 +399,13 @@ def test_bad_input_is_refused_clearly(sentencepiece_vocab):
     with pytest.raises(aj.SchemaError, match="accepts no JSON value"):
         aj.compile_json_schema({"allOf": [{"type": "string"}, {"type": "integer"}]}, sentencepiece_vocab)
     with pytest.raises(aj.SchemaError, match="cycle"):
-        aj.compile_json_schema({"$defs": {"a": {"$ref": "#/$defs/a", "type": "string"}}, "$ref": "#/$defs/a", "minLength": 1}, sentencepiece_vocab)
-    for schema in ({"type": "object", "anyOf": [{"$ref": "#"}, {"required": ["a"]}]}, {"type": "object", "properties": {"a": {}}, "anyOf": [{"$ref": "#"}]}):
+        aj.compile_json_schema(
+            {"$defs": {"a": {"$ref": "#/$defs/a", "type": "string"}}, "$ref": "#/$defs/a", "minLength": 1}, sentencepiece_vocab
+        )
+    for schema in (
+        {"type": "object", "anyOf": [{"$ref": "#"}, {"required": ["a"]}]},
+        {"type": "object", "properties": {"a": {}}, "anyOf": [{"$ref": "#"}]},
+    ):
         with pytest.raises(aj.SchemaError, match="cycle"):  # once a RecursionError
             aj.compile_json_schema(schema, sentencepiece_vocab)
     with pytest.raises(aj.SchemaError, match="whitespace"):
@@ -410,7 +427,11 @@ DIFFERENCES = {
             {"type": "object", "maxProperties": 1, "properties": {"c": {"type": "boolean"}}},
         ]
     },
-    "arrays": {"type": "array", "items": {"type": ["integer", "string", "null"]}, "oneOf": [{"items": {"type": "integer"}}, {"maxItems": 2}, {"prefixItems": [{"const": 1}, {"type": "string"}], "minItems": 1}]},
+    "arrays": {
+        "type": "array",
+        "items": {"type": ["integer", "string", "null"]},
+        "oneOf": [{"items": {"type": "integer"}}, {"maxItems": 2}, {"prefixItems": [{"const": 1}, {"type": "string"}], "minItems": 1}],
+    },
     "nested": {
         "oneOf": [
             {"type": "object", "properties": {"x": {"oneOf": [{"type": "integer"}, {"minimum": 1}]}}, "required": ["x"]},
@@ -425,9 +446,18 @@ DIFFERENCES = {
             {"type": "number", "minimum": 3},
         ]
     },
-    "not_object": {"properties": {"a": {"type": "integer"}, "b": {}}, "not": {"properties": {"b": {"const": 1}, "a": {"minimum": 3}}, "required": ["b", "a"]}},
-    "not_scalars": {"not": {"anyOf": [{"type": "integer", "maximum": 4}, {"enum": ["a", "b", 2.5]}, {"type": "array", "items": {"type": "integer"}}]}},
-    "not_contains": {"type": "array", "items": {"type": ["integer", "string", "null"]}, "not": {"contains": {"type": "string"}, "maxContains": 1}},
+    "not_object": {
+        "properties": {"a": {"type": "integer"}, "b": {}},
+        "not": {"properties": {"b": {"const": 1}, "a": {"minimum": 3}}, "required": ["b", "a"]},
+    },
+    "not_scalars": {
+        "not": {"anyOf": [{"type": "integer", "maximum": 4}, {"enum": ["a", "b", 2.5]}, {"type": "array", "items": {"type": "integer"}}]}
+    },
+    "not_contains": {
+        "type": "array",
+        "items": {"type": ["integer", "string", "null"]},
+        "not": {"contains": {"type": "string"}, "maxContains": 1},
+    },
 }
 
 
@@ -487,6 +517,7 @@ def test_differences_match_jsonschema_on_random_values_and_spellings(name):
 
 def test_one_of_is_any_of_where_the_difference_is_not_a_schema():
     """Two contains keywords cannot be combined: that oneOf is compiled as anyOf, with a warning."""
+
     def language(keyword):
         rules = json_schema_rules({"type": "array", "items": {"type": ["integer", "string"]}, keyword: branches})
         return rx.to_dfa(inline(rules, set())[rules.start])

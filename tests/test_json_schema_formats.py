@@ -8,10 +8,11 @@ import uuid
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from schema_suite import parametrize_cases, require_suite, suite_cases
 
 from ananke_jax._src.compile.regex_ast import to_dfa
 from ananke_jax._src.json_schema.formats import LEAP_OFFSET_MINUTES, format_node
+
+from schema_suite import parametrize_cases, require_suite, suite_cases
 
 FORMATS = ["date", "time", "date-time", "duration", "uuid", "email", "ipv4", "ipv6", "hostname", "uri"]
 

@@ -6,11 +6,12 @@ import re
 
 import numpy as np
 import pytest
-from schema_suite import parametrize_cases, require_suite, suite_cases
 
 from ananke_jax import SchemaError
 from ananke_jax._src.compile.regex_ast import to_dfa
 from ananke_jax._src.json_schema.ecma_regex import pattern_node
+
+from schema_suite import parametrize_cases, require_suite, suite_cases
 
 FILES = ["pattern.json", "patternProperties.json", "optional/ecmascript-regex.json"]
 FORMAT_FILE = "optional/format/ecmascript-regex.json"
@@ -42,7 +43,7 @@ def _search(pattern: str, text: str) -> bool:
 
 def _applies(schema, data) -> bool:
     """Whether a pattern of ``schema`` looks at ``data`` (a string, or an object's keys)."""
-    return isinstance(data, str) and "pattern" in schema or isinstance(data, dict) and "patternProperties" in schema
+    return (isinstance(data, str) and "pattern" in schema) or (isinstance(data, dict) and "patternProperties" in schema)
 
 
 _TYPES = {

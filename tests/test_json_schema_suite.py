@@ -6,13 +6,17 @@ scope (`schema_suite.OUT_OF_SCOPE`) are pinned the same way, their wrong verdict
 case that changes category fails the test, so the lists below are the whole truth.
 """
 
-
 import pytest
+
 from schema_suite import OUT_OF_SCOPE, require_suite, results, suite_files
 
 # (keyword, group) or (keyword, group, test) -> why the verdict is wrong.
 DEPARTURES = {
-    ("format:hostname", "validation of host names", "exceeds maximum overall length (256)"): "the 253-byte total is not checked (24k states)",
+    (
+        "format:hostname",
+        "validation of host names",
+        "exceeds maximum overall length (256)",
+    ): "the 253-byte total is not checked (24k states)",
     # Out of scope: every xn-- label is refused, the 15 valid ones included.
     ("format:hostname", "validation of A-label (punycode) host names"): "Punycode (xn--) labels are refused: IDNA is not regular",
 }

@@ -2,12 +2,13 @@
 
 import numpy as np
 import pytest
-from earley import EarleyRecogniser
 
 from ananke_jax import GrammarError
 from ananke_jax._src.compile.lr import lr_tables
 from ananke_jax._src.compiled_cfg import ACCEPT, ERROR, MAX_RULE_LENGTH, REDUCE, SHIFT
 from ananke_jax._src.ir import grammar
+
+from earley import EarleyRecogniser
 
 ARITHMETIC = grammar(
     [("e", ["e", "PLUS", "t"]), ("e", ["t"]), ("t", ["t", "STAR", "f"]), ("t", ["f"]), ("f", ["LP", "e", "RP"]), ("f", ["NUM"])],
@@ -16,7 +17,15 @@ ARITHMETIC = grammar(
 )
 # Nullable rules, right recursion and a list with separators.
 LISTS = grammar(
-    [("s", ["LB", "items", "RB"]), ("items", []), ("items", ["item", "more"]), ("more", []), ("more", ["COMMA", "item", "more"]), ("item", ["X"]), ("item", ["s"])],
+    [
+        ("s", ["LB", "items", "RB"]),
+        ("items", []),
+        ("items", ["item", "more"]),
+        ("more", []),
+        ("more", ["COMMA", "item", "more"]),
+        ("item", ["X"]),
+        ("item", ["s"]),
+    ],
     {"LB": r"\[", "RB": r"\]", "COMMA": ",", "X": "x"},
     "s",
 )
@@ -91,7 +100,13 @@ def test_tables_are_the_same_in_every_process():
     )
     path = pathlib.Path(__file__).parent.parent / "grammars" / "c_subset.gbnf"
     digests = {
-        subprocess.run([sys.executable, "-c", script, str(path)], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True, check=True).stdout
+        subprocess.run(
+            [sys.executable, "-c", script, str(path)],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         for seed in ("1", "2", "3")
     }
     assert len(digests) == 1  # one digest from three hash seeds

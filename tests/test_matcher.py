@@ -7,10 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from json_schemas import REGULAR
-from oracles import unpack
 
 import ananke_jax as aj
+
+from json_schemas import REGULAR
+from oracles import unpack
 
 _mask = jax.jit(aj.token_mask)
 _advance = jax.jit(aj.advance)
@@ -219,7 +220,7 @@ def test_fill_bitmasks_equals_per_matcher_fills(sentencepiece_vocab):
     aj.fill_bitmasks(matchers, out)
     for i, matcher in enumerate(matchers):
         assert np.array_equal(out[i], _fill(matcher, vocab)), i
-    assert (out[len(matchers):] == -1).all()
+    assert (out[len(matchers) :] == -1).all()
     # The batched fill is the mask accept_token checks next.
     token = int(np.flatnonzero(unpack(out[2].view(np.uint32)))[0])
     assert matchers[2].accept_token(token)

@@ -66,9 +66,7 @@ def test_prefill_verify_decode_equal_full_forward(tiny_params, tiny_step):
     pieces = []
     # Prefill 3, verify 3 twice (k = 3), then decode one at a time.
     for start, stop in [(0, 3), (3, 6), (6, 9), *((t, t + 1) for t in range(9, 12))]:
-        logits, cache = run(
-            tiny_step, tiny_params, cache, tokens[:, start:stop], positions[:, start:stop]
-        )
+        logits, cache = run(tiny_step, tiny_params, cache, tokens[:, start:stop], positions[:, start:stop])
         pieces.append(logits)
     np.testing.assert_allclose(jnp.concatenate(pieces, axis=1), full, atol=1e-5, rtol=1e-5)
 
@@ -92,9 +90,7 @@ def test_ragged_batch_equals_separate_rows(tiny_params, tiny_step):
     batched_decode = []
     for j in range(next_tokens.shape[1]):
         positions = np.array(lengths)[:, None] + j
-        step_logits, cache = run(
-            tiny_step, tiny_params, cache, next_tokens[:, j : j + 1], positions
-        )
+        step_logits, cache = run(tiny_step, tiny_params, cache, next_tokens[:, j : j + 1], positions)
         batched_decode.append(step_logits[:, 0])
 
     # Each row alone, one token at a time (the first test shows that equals a prefill).
@@ -102,26 +98,16 @@ def test_ragged_batch_equals_separate_rows(tiny_params, tiny_step):
         row_cache = init_cache(TINY, 1, MAX_LEN)
         for position, token in enumerate([*prompt, *next_tokens[row]]):
             alone, row_cache = run(tiny_step, tiny_params, row_cache, [[token]], [[position]])
-            expected = (
-                logits[row, position]
-                if position < len(prompt)
-                else batched_decode[position - len(prompt)][row]
-            )
+            expected = logits[row, position] if position < len(prompt) else batched_decode[position - len(prompt)][row]
             np.testing.assert_allclose(expected, alone[0, 0], atol=1e-5, rtol=1e-5)
 
 
 def test_vmap_over_requests_equals_batch(tiny_params, tiny_step):
     tokens = jax.random.randint(jax.random.key(2), (3, 3), 0, TINY.vocab_size)
     positions = jnp.broadcast_to(jnp.arange(3), (3, 3))
-    batched, batched_cache = run(
-        tiny_step, tiny_params, init_cache(TINY, 3, MAX_LEN), tokens, positions
-    )
-    caches = jax.tree.map(
-        lambda x: jnp.broadcast_to(x, (3, *x.shape)), init_cache(TINY, 1, MAX_LEN)
-    )
-    mapped, mapped_cache = jax.vmap(tiny_step, in_axes=(None, 0, 0, 0))(
-        tiny_params, caches, tokens[:, None], positions[:, None]
-    )
+    batched, batched_cache = run(tiny_step, tiny_params, init_cache(TINY, 3, MAX_LEN), tokens, positions)
+    caches = jax.tree.map(lambda x: jnp.broadcast_to(x, (3, *x.shape)), init_cache(TINY, 1, MAX_LEN))
+    mapped, mapped_cache = jax.vmap(tiny_step, in_axes=(None, 0, 0, 0))(tiny_params, caches, tokens[:, None], positions[:, None])
     np.testing.assert_allclose(mapped[:, 0], batched, atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(mapped_cache[0].keys[:, 0], batched_cache[0].keys, atol=1e-6)
 
@@ -139,11 +125,7 @@ def test_positions_past_the_cache_are_not_stored(tiny_params, tiny_step):
 
 def converter_permute(weight: np.ndarray, heads: int) -> np.ndarray:
     """llama.cpp's convert_hf_to_gguf.py ``LlamaModel.permute``: the oracle for GGUF Q/K rows."""
-    return (
-        weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(weight.shape)
-    )
+    return weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
 def file_tensors(config: LlamaConfig, params, fmt: str) -> dict[str, np.ndarray]:
@@ -278,20 +260,11 @@ def test_sentencepiece_style_gguf_vocabulary(tmp_path):
 
 
 def test_chat_prompt():
-    assert chat_prompt(
-        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
-    ) == (
-        "<|im_start|>system\nBe brief.<|im_end|>\n"
-        "<|im_start|>user\nHi<|im_end|>\n"
-        "<|im_start|>assistant\n"
+    assert chat_prompt([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     )
-    assert (
-        chat_prompt("Hi", system=None, add_generation_prompt=False)
-        == "<|im_start|>user\nHi<|im_end|>\n"
-    )
-    assert chat_prompt("Hi").startswith(
-        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM"
-    )
+    assert chat_prompt("Hi", system=None, add_generation_prompt=False) == "<|im_start|>user\nHi<|im_end|>\n"
+    assert chat_prompt("Hi").startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
 
 
 # --------------------------------------------------------------------------- SmolLM2-135M-Instruct
@@ -340,13 +313,9 @@ def test_smollm2_layout(smollm2):
 def test_smollm2_greedy_answer(smollm2):
     m = smollm2
     prompt = m.tokenizer.encode(chat_prompt("What is the capital of France?")).ids
-    logits, cache = run(
-        m.step, m.params, init_cache(m.config, 1, len(prompt) + 16), [prompt], [range(len(prompt))]
-    )
+    logits, cache = run(m.step, m.params, init_cache(m.config, 1, len(prompt) + 16), [prompt], [range(len(prompt))])
     answer = []
-    while (
-        len(answer) < 16 and (token := int(jnp.argmax(logits[0, -1]))) not in m.vocab.eos_token_ids
-    ):
+    while len(answer) < 16 and (token := int(jnp.argmax(logits[0, -1]))) not in m.vocab.eos_token_ids:
         answer.append(token)
         logits, cache = run(m.step, m.params, cache, [[token]], [[len(prompt) + len(answer) - 1]])
     text = b"".join(m.vocab.tokens[t] for t in answer).decode()
@@ -367,9 +336,7 @@ def test_smollm2_perplexity(smollm2):
 # The vocabulary has no token for these bytes, so the tokenizer drops them (as Hugging Face's
 # does): C0 controls 0x04 0x06 0x13 0x14 0x16 0x1d, and 0xF1 0xF2 (code points U+40000-U+BFFFF).
 encodable_text = st.text(
-    st.characters(
-        codec="utf-8", max_codepoint=0x3FFFF, exclude_characters="\x04\x06\x13\x14\x16\x1d"
-    ),
+    st.characters(codec="utf-8", max_codepoint=0x3FFFF, exclude_characters="\x04\x06\x13\x14\x16\x1d"),
     max_size=60,
 )
 
@@ -397,7 +364,10 @@ def test_smollm2_constrained_greedy_is_minimally_invasive(smollm2):
     m = smollm2
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name", "age"]}
     cases = [
-        ('Give a JSON object with keys "name" and "age" for a 30-year-old named Alice. Reply with JSON only.', aj.compile_json_schema(schema, m.vocab)),
+        (
+            'Give a JSON object with keys "name" and "age" for a 30-year-old named Alice. Reply with JSON only.',
+            aj.compile_json_schema(schema, m.vocab),
+        ),
         ("Is Paris in France? Answer with one word: Yes or No.", aj.compile_regex(r"[A-Z][a-z ]*\.", m.vocab)),
     ]
     ids = [m.tokenizer.encode(chat_prompt(prompt)).ids for prompt, _ in cases]

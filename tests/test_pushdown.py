@@ -9,15 +9,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cfg_grammars import ARITHMETIC, ARITHMETIC_TOKENS, JSON, JSON_EXAMPLES, WORDS, WORDS_TOKENS
-from earley import EarleyRecogniser, SharedEarley
-from oracles import unpack
 
 import ananke_jax as aj
 from ananke_jax._src.bank import _trie_parents
 from ananke_jax._src.compile.cfg import compile_ir
 from ananke_jax._src.compile.outcome_trie import chunk_layout
 from ananke_jax._src.ir import grammar
+
+from cfg_grammars import ARITHMETIC, ARITHMETIC_TOKENS, JSON, JSON_EXAMPLES, WORDS, WORDS_TOKENS
+from earley import EarleyRecogniser, SharedEarley
+from oracles import unpack
 
 _mask = jax.jit(aj.token_mask)
 _advance = jax.jit(aj.advance)
@@ -61,7 +62,7 @@ def random_walk_check(cg, earley, vocab, rng, *, walks, steps, prefixes=()):
         def advance(token):
             nonlocal state, chart, data, larger_state
             piece = vocab.token_bytes(token)
-            tokens.append(token)
+            tokens.append(token)  # noqa: B023 (called within this walk only)
             state, chart, data = _advance(cg, state, token), earley.feed(chart, piece), data + piece
             assert not bool(aj.is_error(cg, state)), data
             if larger_state is not None:
@@ -103,7 +104,10 @@ def example_prefixes(texts, encode, rng, n):
 
 @pytest.mark.parametrize(
     "g, tokens",
-    [pytest.param(ARITHMETIC, ARITHMETIC_TOKENS, id="arithmetic"), pytest.param(WORDS, WORDS_TOKENS, id="ambiguous-lexing", marks=pytest.mark.slow)],
+    [
+        pytest.param(ARITHMETIC, ARITHMETIC_TOKENS, id="arithmetic"),
+        pytest.param(WORDS, WORDS_TOKENS, id="ambiguous-lexing", marks=pytest.mark.slow),
+    ],
 )
 def test_full_masks_match_earley_on_a_vocabulary_of_bridge_tokens(g, tokens):
     vocab = aj.Vocabulary.from_tokens(tokens, eos_token_ids=[0], logits_width=40)
@@ -111,7 +115,7 @@ def test_full_masks_match_earley_on_a_vocabulary_of_bridge_tokens(g, tokens):
     assert random_walk_check(cg, SharedEarley(g), vocab, np.random.default_rng(0), walks=40, steps=12)[0] >= 200
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _json(vocab):
     return compile_ir(JSON, vocab)
 
@@ -239,12 +243,20 @@ def test_one_token_may_push_up_to_the_stack_depth(g, pieces, opener):
     roomy, tight = compile_ir(g, vocab, stack_depth=64), compile_ir(g, vocab, stack_depth=24)
     assert bool(aj.is_allowed(_mask(roomy, roomy.init_state()), deep)) and not bool(roomy.init_state().overflow)
     assert not bool(aj.is_allowed(_mask(tight, tight.init_state()), deep)) and bool(tight.init_state().overflow)
-    checked, overflowed = random_walk_check(roomy, SharedEarley(g), vocab, np.random.default_rng(1), walks=20, steps=8, prefixes=[[deep]] * 10)
+    checked, overflowed = random_walk_check(
+        roomy, SharedEarley(g), vocab, np.random.default_rng(1), walks=20, steps=8, prefixes=[[deep]] * 10
+    )
     assert checked >= 40 and overflowed >= 1, (checked, overflowed)
 
 
 TREE_SCHEMA = {
-    "$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"]}},
+    "$defs": {
+        "node": {
+            "type": "object",
+            "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+            "required": ["v"],
+        }
+    },
     "$ref": "#/$defs/node",
 }
 
@@ -311,7 +323,7 @@ def test_pushdown_grammars_of_one_bank_share_one_compiled_step(sentencepiece_voc
 
 def test_a_bank_refuses_grammars_of_both_engines(sentencepiece_vocab):
     regular = aj.compile_regex(r"[0-9]+", sentencepiece_vocab)
-    with pytest.raises(ValueError, match="one engine.*engine='pushdown'"):
+    with pytest.raises(ValueError, match=r"one engine.*engine='pushdown'"):
         aj.stack_grammars([regular, aj.compile_grammar(ARITHMETIC, sentencepiece_vocab)])
     with pytest.raises(aj.SchemaError, match="engine must be"):
         aj.compile_json_schema({"type": "integer"}, sentencepiece_vocab, engine="dfa")

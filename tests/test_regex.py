@@ -6,14 +6,15 @@ import zlib
 
 import numpy as np
 import pytest
+import regex as regex_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import regex as regex_module
-from oracles import REGEXES, random_member
 
 from ananke_jax import GrammarError
 from ananke_jax._src.compile.regex import choices_to_dfa, regex_to_dfa
 from ananke_jax._src.compile.utf8 import utf8_sequences
+
+from oracles import REGEXES, random_member
 
 
 def _mutations(text: str, rng: np.random.Generator, alphabet: str) -> list[str]:
@@ -36,7 +37,7 @@ def _mutations(text: str, rng: np.random.Generator, alphabet: str) -> list[str]:
 def test_dfa_agrees_with_re_and_regex_partial_matching(pattern):
     dfa = regex_to_dfa(pattern)
     rng = np.random.default_rng(zlib.crc32(pattern.encode()))
-    alphabet = "".join(sorted(set(pattern))) + "a0 \n\"é日😀-"
+    alphabet = "".join(sorted(set(pattern))) + 'a0 \n"é日😀-'
     members = [random_member(dfa, rng).decode("utf-8") for _ in range(40)]
     texts = set(members)
     for m in members:
@@ -104,7 +105,9 @@ def test_bad_patterns_raise_grammar_error_naming_the_problem(pattern, message):
         regex_to_dfa(pattern)
 
 
-@pytest.mark.skipif(not hasattr(re, "_constants") or not hasattr(re._constants, "POSSESSIVE_REPEAT"), reason="Python < 3.11 has no possessive quantifiers")
+@pytest.mark.skipif(
+    not hasattr(re, "_constants") or not hasattr(re._constants, "POSSESSIVE_REPEAT"), reason="Python < 3.11 has no possessive quantifiers"
+)
 def test_possessive_quantifier_is_refused():
     with pytest.raises(GrammarError, match="possessive quantifier at position 1"):
         regex_to_dfa(r"a*+b")

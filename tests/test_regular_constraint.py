@@ -9,21 +9,22 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import regex as regex_module
-from oracles import REGEXES, ReferenceMasks, random_member, unpack
 
 import ananke_jax as aj
 from ananke_jax._src.compile import token_table
 from ananke_jax._src.compile.regex import regex_to_dfa
 
+from oracles import REGEXES, ReferenceMasks, random_member, unpack
+
 NUM_STATES = 200
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(pattern, vocab):
     return aj.compile_regex(pattern, vocab), regex_to_dfa(pattern)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _reference(pattern, vocab):
     return ReferenceMasks(_compiled(pattern, vocab)[1], vocab)
 
@@ -145,7 +146,12 @@ def test_forbidden_special_and_out_of_range_tokens_lead_to_the_error_state(tekke
 
 
 def test_padding_ids_beyond_the_tokenizer_are_never_allowed(sentencepiece_vocab):
-    vocab = aj.Vocabulary(sentencepiece_vocab.tokens, eos_token_ids=sentencepiece_vocab.eos_token_ids, special_token_ids=sentencepiece_vocab.special_token_ids, logits_width=32_100)
+    vocab = aj.Vocabulary(
+        sentencepiece_vocab.tokens,
+        eos_token_ids=sentencepiece_vocab.eos_token_ids,
+        special_token_ids=sentencepiece_vocab.special_token_ids,
+        logits_width=32_100,
+    )
     cg = aj.compile_regex(r"(?s).*", vocab)
     bits = unpack(_mask(cg, cg.init_state()))
     assert bits[: len(vocab)].sum() > 30_000 and not bits[len(vocab) :].any()
@@ -203,7 +209,7 @@ def test_jit_vmap_and_eager_agree(tekken_vocab):
     states = jax.vmap(lambda _: cg.init_state())(jnp.arange(8))
     batched = jax.jit(jax.vmap(aj.constrained_step, in_axes=(None, 0, 0, 0, None)), static_argnums=4)(cg, states, logits, keys, params)
     for i in range(8):
-        state_i = jax.tree_util.tree_map(lambda x: x[i], states)
+        state_i = jax.tree_util.tree_map(lambda x, i=i: x[i], states)
         with jax.disable_jit():
             eager = aj.constrained_step(cg, state_i, logits[i], keys[i], params)
         jitted = jax.jit(aj.constrained_step, static_argnums=4)(cg, state_i, logits[i], keys[i], params)
@@ -211,12 +217,16 @@ def test_jit_vmap_and_eager_agree(tekken_vocab):
         assert int(eager[1].node) == int(jitted[1].node) == int(batched[1].node[i])
     masks = jax.vmap(aj.token_mask, in_axes=(None, 0))(cg, batched[1])
     for i in range(8):
-        np.testing.assert_array_equal(masks[i], aj.token_mask(cg, jax.tree_util.tree_map(lambda x: x[i], batched[1])))
+        np.testing.assert_array_equal(masks[i], aj.token_mask(cg, jax.tree_util.tree_map(lambda x, i=i: x[i], batched[1])))
 
 
 @pytest.mark.slow
 def test_a_bank_of_padded_grammars_runs_per_request_under_vmap(sentencepiece_vocab, tekken_vocab):
-    grammars = [aj.compile_choices(["yes", "no"], sentencepiece_vocab), aj.compile_regex(r"\d{4}", sentencepiece_vocab), aj.compile_regex(r"[x-z]{3}", sentencepiece_vocab)]
+    grammars = [
+        aj.compile_choices(["yes", "no"], sentencepiece_vocab),
+        aj.compile_regex(r"\d{4}", sentencepiece_vocab),
+        aj.compile_regex(r"[x-z]{3}", sentencepiece_vocab),
+    ]
     bank = aj.stack_grammars(grammars)
     assert bank.next_state.shape[0] == 3
     with pytest.raises(ValueError, match="different vocabularies"):
@@ -229,9 +239,11 @@ def test_a_bank_of_padded_grammars_runs_per_request_under_vmap(sentencepiece_voc
     params = aj.SamplingParams(temperature=0.0)
     for _ in range(3):
         masks = jax.vmap(aj.token_mask)(bank, states)
-        tokens, new_states = jax.jit(jax.vmap(aj.constrained_step, in_axes=(0, 0, 0, 0, None)), static_argnums=4)(bank, states, logits, keys, params)
+        tokens, new_states = jax.jit(jax.vmap(aj.constrained_step, in_axes=(0, 0, 0, 0, None)), static_argnums=4)(
+            bank, states, logits, keys, params
+        )
         for i, g in enumerate(grammars):
-            state_i = jax.tree_util.tree_map(lambda x: x[i], states)
+            state_i = jax.tree_util.tree_map(lambda x, i=i: x[i], states)
             np.testing.assert_array_equal(masks[i], aj.token_mask(g, state_i))
             token, new_state = aj.constrained_step(g, state_i, logits[i], keys[i], params)
             assert int(token) == int(tokens[i]) and int(new_state.node) == int(new_states.node[i])

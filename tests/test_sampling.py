@@ -4,10 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from oracles import unpack
 
 import ananke_jax as aj
 from ananke_jax._src.runtime.sampling import apply_repetition_penalty
+
+from oracles import unpack
 
 
 def _vocab(n=40, width=None):
@@ -46,7 +47,7 @@ def test_constrained_step_refuses_logits_that_do_not_fit_the_vocabulary():
         aj.constrained_step(cg, cg.init_state(), jnp.zeros(39), key)
     with pytest.raises(ValueError, match="logits_width=64"):
         aj.constrained_step(cg, cg.init_state(), jnp.zeros(65), key)
-    with pytest.raises(ValueError, match="use jax.vmap"):
+    with pytest.raises(ValueError, match=r"use jax\.vmap"):
         aj.constrained_step(cg, cg.init_state(), jnp.zeros((2, 64)), key)
     for width in (40, 64):  # the tokenizer's size or the model's padded width both work
         token, _ = aj.constrained_step(cg, cg.init_state(), jnp.zeros(width), key)
@@ -57,12 +58,19 @@ def test_constrained_step_refuses_logits_that_do_not_fit_the_vocabulary():
 def test_step_masked_logits_and_generate_share_one_logits_width_rule(width, fits):
     vocab = _vocab(40, width=64)
     constraints = [aj.compile_regex("a+", vocab), aj.fusion.fused(vocab, syntax=aj.compile_regex("a+", vocab))]
-    model = lambda params, cache, tokens, positions: (jnp.zeros((*tokens.shape, width)), cache)  # noqa: E731
+    model = lambda params, cache, tokens, positions: (jnp.zeros((*tokens.shape, width)), cache)
     calls = [
         lambda cg: aj.constrained_step(cg, cg.init_state(), jnp.zeros(width), jax.random.key(0)),
         lambda cg: aj.masked_logits(cg, cg.init_state(), jnp.zeros(width)),
         lambda cg: aj.generate(
-            model, None, jnp.zeros((1, 1), jnp.int32), cg, cache=jnp.zeros((1, 4)), max_new_tokens=1, eos_token_ids=[0], key=jax.random.key(0)
+            model,
+            None,
+            jnp.zeros((1, 1), jnp.int32),
+            cg,
+            cache=jnp.zeros((1, 4)),
+            max_new_tokens=1,
+            eos_token_ids=[0],
+            key=jax.random.key(0),
         ),
     ]
     for cg in constraints:
@@ -134,7 +142,8 @@ def test_repetition_penalty_follows_the_ctrl_rule():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"temperature": -1.0}, {"temperature": float("inf")}, {"top_k": -1}, {"top_p": 0.0}, {"min_p": 1.5}, {"repetition_penalty": 0.0}]
+    "kwargs",
+    [{"temperature": -1.0}, {"temperature": float("inf")}, {"top_k": -1}, {"top_p": 0.0}, {"min_p": 1.5}, {"repetition_penalty": 0.0}],
 )
 def test_invalid_sampling_params_raise(kwargs):
     with pytest.raises(ValueError, match="SamplingParams"):

@@ -1,10 +1,10 @@
 """The command line: ``python -m ananke_jax`` or ``ananke-jax``.
 
-    ananke-jax                                    # SmolLM2-135M-Instruct writes a person record (JSON Schema)
-    ananke-jax generate --regex '\\d{3}-\\d{4}' --prompt "A phone number, please."
-    ananke-jax generate --grammar grammars/json.gbnf --model tiny --tokenizer tekken --batch 4
-    ananke-jax compile --schema person.json --tokenizer smollm2 --out person.npz
-    ananke-jax inspect person.npz
+ananke-jax                                    # SmolLM2-135M-Instruct writes a person record (JSON Schema)
+ananke-jax generate --regex '\\d{3}-\\d{4}' --prompt "A phone number, please."
+ananke-jax generate --grammar grammars/json.gbnf --model tiny --tokenizer tekken --batch 4
+ananke-jax compile --schema person.json --tokenizer smollm2 --out person.npz
+ananke-jax inspect person.npz
 """
 
 from __future__ import annotations
@@ -56,7 +56,11 @@ def _vocabulary(name: str) -> aj.Vocabulary:
         except ImportError:
             raise ValueError(f"--tokenizer {name} needs mistral-common: pip install mistral-common") from None
         data = pathlib.Path(mistral_common.__file__).parent / "data"
-        return aj.Vocabulary.from_tekken(data / "tekken_240911.json") if name == "tekken" else aj.Vocabulary.from_sentencepiece(data / "tokenizer.model.v1")
+        return (
+            aj.Vocabulary.from_tekken(data / "tekken_240911.json")
+            if name == "tekken"
+            else aj.Vocabulary.from_sentencepiece(data / "tokenizer.model.v1")
+        )
     path = pathlib.Path(name)
     if not path.is_file():
         raise ValueError(f"--tokenizer {name}: not smollm2, tekken, mistral-v1 or an existing file")
@@ -84,7 +88,11 @@ def _naming(path: pathlib.Path):
 def _constraint(args, vocab: aj.Vocabulary):
     """(compiled constraint, checker of an output text -> error message or None, description)."""
     if args.regex:
-        return aj.compile_regex(args.regex, vocab), lambda t: None if re.fullmatch(args.regex, t) else "no full match", f"regex {args.regex!r}"
+        return (
+            aj.compile_regex(args.regex, vocab),
+            lambda t: None if re.fullmatch(args.regex, t) else "no full match",
+            f"regex {args.regex!r}",
+        )
     if args.grammar:
         path = pathlib.Path(args.grammar)
         with _naming(path):
@@ -114,7 +122,7 @@ def _validate(schema, value) -> None:
 def _error(check: Callable[[], object]) -> str | None:
     try:
         check()
-    except Exception as e:  # noqa: BLE001 (any checker's verdict is reported as text)
+    except Exception as e:
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     return None
 

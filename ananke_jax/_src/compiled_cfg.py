@@ -267,7 +267,9 @@ def _walk_trie(cg: PushdownGrammar, lr: LRActions, stack, depth, lexer) -> _Pars
         start = starts[c]
         parent = jax.lax.dynamic_slice(parent_of, (start,), (lanes,))
         root, p = parent < 0, jnp.maximum(parent, 0)
-        lane = jax.tree_util.tree_map(lambda n, f: jnp.where(root.reshape((-1,) + (1,) * f.ndim), jnp.broadcast_to(f, n[p].shape), n[p]), nodes, fresh)
+        lane = jax.tree_util.tree_map(
+            lambda n, f: jnp.where(root.reshape((-1,) + (1,) * f.ndim), jnp.broadcast_to(f, n[p].shape), n[p]), nodes, fresh
+        )
         inside = jax.lax.dynamic_slice(chunk_of, (start,), (lanes,)) == c
         lane = _parse(lane.stack, lane.height, lane.top, 0, inside & (root | _accepted(nodes)[p]), lane.overflow)
         return lane, jax.lax.dynamic_slice(column_of, (start,), (lanes,))

@@ -158,7 +158,9 @@ def propose(cg, state, previous, tables: DraftTables, grammar_index, eos_ids, le
         token = jnp.maximum(token, 0)
         return (advance(cg, state, token), token, going), (token, going, is_forced, state, slot)
 
-    (last, previous, _), (drafts, usable, is_forced, before, slots_of) = jax.lax.scan(step, (state, previous, jnp.bool_(True)), None, length=length)
+    (last, previous, _), (drafts, usable, is_forced, before, slots_of) = jax.lax.scan(
+        step, (state, previous, jnp.bool_(True)), None, length=length
+    )
     states = jax.tree_util.tree_map(lambda b, x: jnp.concatenate([b, x[None]]), before, last)
     slots_of = jnp.concatenate([slots_of, keys(last, previous)[0][None]])
     return drafts, usable.sum(dtype=jnp.int32), is_forced, states, slots_of

@@ -89,7 +89,7 @@ def generate(
     eos_token_ids: Sequence[int],
     key: jax.Array,
     prompt_lengths=None,
-    sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),  # noqa: B008 (frozen)
+    sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
     grammar_index=None,
     acceleration: str = "none",
     draft_length: int = 4,
@@ -179,7 +179,9 @@ def generate(
     static = {"max_new_tokens": max_new_tokens, "eos_token_ids": tuple(eos_token_ids), "choices": choices, "per_row": is_bank}
     if speculative:
         tables = drafts if drafts is not None else draft_tables(None if is_bank else constraint)
-        return _generate_speculative(step_fn, params, rows, constraint, cache, key, tables, draft_length=draft_length, jump_forward=jump_forward, **static)
+        return _generate_speculative(
+            step_fn, params, rows, constraint, cache, key, tables, draft_length=draft_length, jump_forward=jump_forward, **static
+        )
     opportunistic = acceleration == "opportunistic" and _draws_without_mask(constraint, choices)
     return _generate(step_fn, params, rows, constraint, cache, key, opportunistic=opportunistic, **static)
 
@@ -304,8 +306,25 @@ def _generate(step_fn, params, rows: _Rows, constraint, cache, key, *, max_new_t
     return GenerationResult(out, (out != PAD).sum(axis=1, dtype=jnp.int32), finish, interventions, stats)
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames=("max_new_tokens", "eos_token_ids", "choices", "per_row", "draft_length", "jump_forward"))
-def _generate_speculative(step_fn, params, rows: _Rows, constraint, cache, key, drafts, *, max_new_tokens, eos_token_ids, choices, per_row, draft_length, jump_forward):
+@functools.partial(
+    jax.jit, static_argnums=0, static_argnames=("max_new_tokens", "eos_token_ids", "choices", "per_row", "draft_length", "jump_forward")
+)
+def _generate_speculative(
+    step_fn,
+    params,
+    rows: _Rows,
+    constraint,
+    cache,
+    key,
+    drafts,
+    *,
+    max_new_tokens,
+    eos_token_ids,
+    choices,
+    per_row,
+    draft_length,
+    jump_forward,
+):
     """Each loop trip drafts k tokens per row, runs the model once over the row's last token and
     its drafts (k + 1 positions), keeps the drafts up to the first one the model's own choice
     rejects (``jump_forward``: that is not forced), and appends that choice (or, all accepted,
@@ -319,7 +338,13 @@ def _generate_speculative(step_fn, params, rows: _Rows, constraint, cache, key, 
     def propose_row(cg, state, previous, drafts, grammar):
         if cg is None:  # unconstrained: no grammar state to key drafts on
             none = jnp.zeros(k, jnp.int32)
-            return none, jnp.int32(0), none.astype(bool), jax.tree_util.tree_map(lambda x: jnp.stack([x] * (k + 1)), state), jnp.zeros((k + 1, NUM_TABLES), jnp.int32)
+            return (
+                none,
+                jnp.int32(0),
+                none.astype(bool),
+                jax.tree_util.tree_map(lambda x: jnp.stack([x] * (k + 1)), state),
+                jnp.zeros((k + 1, NUM_TABLES), jnp.int32),
+            )
         return propose(cg, state, previous, drafts, grammar, eos, k, forced_first=jump_forward)
 
     def verify_row(cg, states, free, draft, usable, forced, logits, key, choice):
@@ -368,7 +393,9 @@ def _generate_speculative(step_fn, params, rows: _Rows, constraint, cache, key, 
 
     def body(carry):
         trip, pending, cache, states, drafts, out, done, finish, interventions, drafted, accepted, masks = carry
-        draft, usable, forced, path, slots = jax.vmap(propose_row, in_axes=(tables, 0, 0, None, 0))(constraint, states, pending, drafts, rows.grammar)
+        draft, usable, forced, path, slots = jax.vmap(propose_row, in_axes=(tables, 0, 0, None, 0))(
+            constraint, states, pending, drafts, rows.grammar
+        )
         forced = forced & jump_forward
         usable = jnp.where(free, 0, usable)
         positions = (rows.lengths - 1 + done)[:, None] + jnp.arange(k + 1)[None, :]
@@ -399,7 +426,20 @@ def _generate_speculative(step_fn, params, rows: _Rows, constraint, cache, key, 
             states = jax.tree_util.tree_map(lambda new, old: jnp.where(_rows(finish == RUNNING, new), new, old), new_states, states)
             drafts = record(drafts, slots, jnp.maximum(emitted, 0), (jnp.arange(k + 1)[None, :] < kept[:, None]) & ~free[:, None])
         pending = jnp.where(kept > 0, emitted[jnp.arange(batch), jnp.maximum(kept - 1, 0)], pending)
-        return trip + 1, pending, cache, states, drafts, out, done + kept, finish, interventions, drafted, accepted, masks + running * (k + 1)
+        return (
+            trip + 1,
+            pending,
+            cache,
+            states,
+            drafts,
+            out,
+            done + kept,
+            finish,
+            interventions,
+            drafted,
+            accepted,
+            masks + running * (k + 1),
+        )
 
     out = jnp.full((batch, max_new_tokens + k + 1), PAD, jnp.int32)
     zeros = jnp.zeros(batch, jnp.int32)
@@ -416,5 +456,3 @@ def _generate_speculative(step_fn, params, rows: _Rows, constraint, cache, key, 
 def _rows(flags, x):
     """``flags`` (bool[B]) shaped to broadcast against ``x`` (batch leading)."""
     return flags.reshape(flags.shape + (1,) * (x.ndim - 1))
-
-

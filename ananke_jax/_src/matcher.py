@@ -101,13 +101,11 @@ def _bitmask_rows(out: np.ndarray, words: int) -> np.ndarray:
     if not isinstance(out, np.ndarray) or out.dtype != np.int32:
         got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
         raise TypeError(
-            f"the bitmask must be a numpy int32 array (see allocate_token_bitmask), got {got}; "
-            "for a torch CPU tensor pass tensor.numpy()"
+            f"the bitmask must be a numpy int32 array (see allocate_token_bitmask), got {got}; for a torch CPU tensor pass tensor.numpy()"
         )
     if out.ndim not in (1, 2) or out.shape[-1] != words:
         raise ValueError(
-            f"the bitmask has shape {out.shape}, expected [batch, {words}] or [{words}]: "
-            f"ceil(logits_width / 32) words for this vocabulary"
+            f"the bitmask has shape {out.shape}, expected [batch, {words}] or [{words}]: ceil(logits_width / 32) words for this vocabulary"
         )
     return out[None] if out.ndim == 1 else out
 
@@ -219,9 +217,7 @@ class Matcher:
         """
         token = operator.index(token)
         if not 0 <= token < self._vocab.logits_width:
-            raise ValueError(
-                f"token id {token} is outside [0, {self._vocab.logits_width}) (the logits width)"
-            )
+            raise ValueError(f"token id {token} is outside [0, {self._vocab.logits_width}) (the logits width)")
         if self._terminated or not _bit(self._current_mask(), token):
             return False
         if self._host is not None:
@@ -288,10 +284,7 @@ class Matcher:
           ValueError: ``n`` is negative or more than the steps kept (at most ``max_rollback``).
         """
         if not 0 <= n <= len(self._history):
-            raise ValueError(
-                f"cannot roll back {n} steps: {len(self._history)} kept "
-                f"(max_rollback={self._history.maxlen})"
-            )
+            raise ValueError(f"cannot roll back {n} steps: {len(self._history)} kept (max_rollback={self._history.maxlen})")
         if n:
             for _ in range(n - 1):
                 self._history.pop()
@@ -376,9 +369,7 @@ def apply_token_bitmask(logits, bitmask):
     if bitmask.dtype not in (np.int32, np.uint32):
         raise TypeError(f"the bitmask must be int32 or uint32, got {bitmask.dtype}")
     if width > 32 * words:
-        raise ValueError(
-            f"logits have {width} entries but the bitmask's {words} words cover only {32 * words}"
-        )
+        raise ValueError(f"logits have {width} entries but the bitmask's {words} words cover only {32 * words}")
     try:
         batch = np.broadcast_shapes(bitmask.shape[:-1], logits.shape[:-1])
     except ValueError:

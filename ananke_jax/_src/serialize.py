@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ananke_jax._src.compiled import RegularGrammar, RegularState
-from ananke_jax._src.compiled_cfg import PushdownState, PushdownGrammar
+from ananke_jax._src.compiled_cfg import PushdownGrammar, PushdownState
 
 _KINDS = {"regular": RegularGrammar, "pushdown": PushdownGrammar}
 _FORMAT = 1

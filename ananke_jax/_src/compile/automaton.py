@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
+import itertools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -77,7 +78,7 @@ class NFABuilder:
     def concat(self, parts: Sequence[Fragment]) -> Fragment:
         if not parts:
             return self.empty()
-        for a, b in zip(parts, parts[1:]):
+        for a, b in itertools.pairwise(parts):
             self.epsilons[a.end].append(b.start)
         return Fragment(parts[0].start, parts[-1].end)
 
@@ -114,7 +115,7 @@ def _chain(builder: NFABuilder, optional: list[Fragment], end: int) -> tuple[int
     """Chain optional copies so that each may stop early: a? (a? (a? ...))."""
     if not optional:
         return end, end
-    for a, b in zip(optional, optional[1:]):
+    for a, b in itertools.pairwise(optional):
         builder.epsilons[a.end].append(b.start)
     builder.epsilons[optional[-1].end].append(end)
     return optional[0].start, end
@@ -198,7 +199,7 @@ def subset_construction(builder: NFABuilder, fragment: Fragment) -> tuple[np.nda
     """
     boundaries = sorted({0, 256} | {x for es in builder.edges for lo, hi, _ in es for x in (lo, hi + 1)})
     byte_class = np.zeros(256, np.int32)
-    for i, (a, b) in enumerate(zip(boundaries, boundaries[1:])):
+    for i, (a, b) in enumerate(itertools.pairwise(boundaries)):
         byte_class[a:b] = i
     num_classes = len(boundaries) - 1
     class_of = byte_class.tolist()
@@ -360,7 +361,7 @@ def _hopcroft(predecessors: list[list[tuple[int, list[int]]]], live: list[bool],
     stability with respect to all of them implies stability with respect to it. It is never split
     either, as only live states have transitions into live ones.
     """
-    block = [(2 if a else 1) if l else 0 for l, a in zip(live, accepting.tolist())]
+    block = [(2 if a else 1) if alive else 0 for alive, a in zip(live, accepting.tolist())]
     members: list[set[int]] = [set(), set(), set()]
     for s, b in enumerate(block):
         members[b].add(s)

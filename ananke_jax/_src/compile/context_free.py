@@ -29,4 +29,3 @@ def compile_grammar(
     if not isinstance(vocab, Vocabulary):
         raise TypeError(f"vocab must be an ananke_jax.Vocabulary, got {type(vocab).__name__}")
     return compile_ir(grammar, vocab, stack_depth=stack_depth, max_configs=max_configs)
-

@@ -54,7 +54,9 @@ def lr_tables(grammar: Grammar) -> LRTables:
     """
     for r in grammar.rules:
         if len(r.expansion) > MAX_RULE_LENGTH:
-            raise GrammarError(f"an alternative of rule {r.origin!r} has {len(r.expansion)} symbols; the engine takes at most {MAX_RULE_LENGTH}")
+            raise GrammarError(
+                f"an alternative of rule {r.origin!r} has {len(r.expansion)} symbols; the engine takes at most {MAX_RULE_LENGTH}"
+            )
     terminal_names = tuple(t.name for t in grammar.terminals if t.name not in grammar.ignore)
     nonterminals = grammar.nonterminals
     symbol = lambda name: Terminal(name) if name in grammar.terminal_names else NonTerminal(name)

@@ -171,7 +171,11 @@ def chunk_layout(parents: list[np.ndarray], lanes: int, width: int) -> tuple[np.
     chunk_start int32[Q, CH], num_chunks int32[Q] and node_chunk int32[Q, width]."""
     chunks = [_chunks(p, lanes) for p in parents]
     node_chunk = [np.repeat(np.arange(len(c)), np.diff(c + [len(p)])) for c, p in zip(chunks, parents)]
-    return stack_padded(chunks, 0, np.int32), np.asarray([len(c) for c in chunks], np.int32), stack_padded(node_chunk, NO_CHUNK, np.int32, width)
+    return (
+        stack_padded(chunks, 0, np.int32),
+        np.asarray([len(c) for c in chunks], np.int32),
+        stack_padded(node_chunk, NO_CHUNK, np.int32, width),
+    )
 
 
 def _chunks(parents: np.ndarray, lanes: int) -> list[int]:

@@ -145,10 +145,7 @@ class _Translator:
         # Zero-width anchors at the ends do not move the "at start/end" position.
         first = next((i for i, it in enumerate(items) if not _is_anchor(it)), len(items))
         last = max((i for i, it in enumerate(items) if not _is_anchor(it)), default=-1)
-        parts = [
-            self.item(op, av, at_start and i <= first, at_end and i >= last, dotall)
-            for i, (op, av) in enumerate(items)
-        ]
+        parts = [self.item(op, av, at_start and i <= first, at_end and i >= last, dotall) for i, (op, av) in enumerate(items)]
         return rx.seq(*parts)
 
     def item(self, op, av, at_start: bool, at_end: bool, dotall: bool) -> rx.Node:

@@ -309,7 +309,7 @@ def _code_point_moves(dfa: ByteDFA, s: int, memo: dict) -> list[tuple[int, int, 
     """``(lo, hi, target)``: the code points ``[lo, hi]`` lead from ``s`` to ``target``."""
     row = dfa.transitions[s]
     moves = [(b, b, int(row[b])) for b in range(0x80) if row[b] != DEAD]
-    for lead_lo, lead_hi, extra, base in ((0xC2, 0xDF, 1, 0x80), (0xE0, 0xEF, 2, 0x800), (0xF0, 0xF4, 3, 0x10000)):
+    for lead_lo, lead_hi, extra, _base in ((0xC2, 0xDF, 1, 0x80), (0xE0, 0xEF, 2, 0x800), (0xF0, 0xF4, 3, 0x10000)):
         for lead in range(lead_lo, lead_hi + 1):
             q = int(row[lead])
             if q == DEAD:

@@ -60,7 +60,9 @@ class StringClasses:
         return classes
 
 
-def token_columns(trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups, known: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> StringClasses:
+def token_columns(
+    trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups, known: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+) -> StringClasses:
     """Class the strings of a trie by their column: the state after the string, from each state.
 
     The walk goes level by level over the live nodes only, and computes each distinct function
@@ -173,7 +175,9 @@ class _LiveFunctions:
     offsets: np.ndarray
 
 
-def _live_functions(trie: TokenTrie, transitions: np.ndarray, symbol_class: np.ndarray, multipliers: np.ndarray, starts: np.ndarray) -> _LiveFunctions | None:
+def _live_functions(
+    trie: TokenTrie, transitions: np.ndarray, symbol_class: np.ndarray, multipliers: np.ndarray, starts: np.ndarray
+) -> _LiveFunctions | None:
     """The `_LiveFunctions` of the trie from the start states ``starts``, stepping by
     ``transitions`` [S, K] over the class ``symbol_class[label]`` of each trie label; None when a
     level would hold more than `_MAX_PAIRS` pairs (never with one start state: a level has fewer

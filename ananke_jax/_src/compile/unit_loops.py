@@ -21,7 +21,15 @@ import numpy as np
 
 from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, unique_first_inverse
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
-from ananke_jax._src.compile.token_trie import TokenGroups, TokenTrie, build_trie, classes_of_hashes, token_groups, vocabulary_trie, walk_tokens
+from ananke_jax._src.compile.token_trie import (
+    TokenGroups,
+    TokenTrie,
+    build_trie,
+    classes_of_hashes,
+    token_groups,
+    vocabulary_trie,
+    walk_tokens,
+)
 from ananke_jax._src.vocab import Vocabulary
 
 
@@ -172,7 +180,9 @@ def token_outcomes(vocab: Vocabulary, language: UnitLanguage) -> TokenOutcomes:
     remainders = np.full(state.shape, -1, np.int64)
     exiting, exit_state = np.nonzero(exit_depth)
     for token, unit_state, token_id in zip(exiting.tolist(), exit_state.tolist(), trie.token_ids[exiting].tolist()):
-        remainders[token, unit_state] = remainder_ids.setdefault(vocab.tokens[token_id][exit_depth[token, unit_state] :], len(remainder_ids))
+        remainders[token, unit_state] = remainder_ids.setdefault(
+            vocab.tokens[token_id][exit_depth[token, unit_state] :], len(remainder_ids)
+        )
     exits = remainders >= 0
     dies = (state == DEAD) & ~exits
     state[exits] = DEAD

@@ -29,13 +29,13 @@ def utf8_sequences(lo: int, hi: int) -> Iterator[ByteRangeSequence]:
     Yields:
       Tuples of ``(first_byte, last_byte)`` pairs, one pair per byte position.
     """
-    for lo, hi in _without_surrogates(lo, hi):
-        start = lo
+    for first, last in _without_surrogates(lo, hi):
+        start = first
         for limit in _LENGTH_LIMITS:
-            if start > hi:
+            if start > last:
                 break
             if start <= limit:
-                yield from _split_same_length(start, min(hi, limit))
+                yield from _split_same_length(start, min(last, limit))
                 start = limit + 1
 
 

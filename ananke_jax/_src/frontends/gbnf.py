@@ -390,9 +390,7 @@ def _check_references(rules: dict[str, object], root: str) -> None:
 def _inline_regular_rules(rules: dict[str, object], root: str) -> dict[str, object]:
     """Substitute the rules that reference no rule into their users, until none is left."""
     while True:
-        inline = {
-            name: e for name, e in rules.items() if name != root and isinstance(e, _Regular) and len(e.regex) <= MAX_INLINE_REGEX
-        }
+        inline = {name: e for name, e in rules.items() if name != root and isinstance(e, _Regular) and len(e.regex) <= MAX_INLINE_REGEX}
         if not inline:
             return rules
         rules = {name: _substitute(e, inline) for name, e in rules.items() if name not in inline}

@@ -251,9 +251,7 @@ class Relaxation(NamedTuple):
         return self.level == RelaxationLevel.PARSER_BUG
 
 
-def relax(
-    hard_masks: Mapping[Domain | str, jax.Array], active: DomainSet = ALL_HARD, *, universe: jax.Array | None = None
-) -> Relaxation:
+def relax(hard_masks: Mapping[Domain | str, jax.Array], active: DomainSet = ALL_HARD, *, universe: jax.Array | None = None) -> Relaxation:
     """The relaxation cascade: the active hard masks intersected; if that is empty, without
     Imports; if still empty, Syntax alone, whose emptiness flags a parser bug.
 

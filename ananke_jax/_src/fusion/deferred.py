@@ -119,9 +119,7 @@ class DeferredConstraint:
         return (state.matcher == DEAD) | (self.is_active(state) & is_error(self.grammar, state.inner))
 
 
-jax.tree_util.register_dataclass(
-    DeferredConstraint, data_fields=["matcher", "grammar", "tail_states", "first_active"], meta_fields=[]
-)
+jax.tree_util.register_dataclass(DeferredConstraint, data_fields=["matcher", "grammar", "tail_states", "first_active"], meta_fields=[])
 
 
 _advance = jax.jit(advance)

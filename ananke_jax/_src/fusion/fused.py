@@ -163,8 +163,7 @@ def _check_domain(domain: Domain, fill, vocab: Vocabulary) -> None:
     if soft:
         if fill.inside.shape not in ((), (vocab.logits_width,)):
             raise FusionError(
-                f"the {domain.name.lower()} scores have shape {list(fill.inside.shape)}; "
-                f"expected [{vocab.logits_width}] (the logits width)"
+                f"the {domain.name.lower()} scores have shape {list(fill.inside.shape)}; expected [{vocab.logits_width}] (the logits width)"
             )
         fill = fill.tracker
     sizes = (getattr(fill, "vocab_size", None), getattr(fill, "logits_width", None))
@@ -204,7 +203,4 @@ def fused(
             _check_domain(domain, fill, vocab)
     phases = phase_tracker(config.phase_triggers, vocab, config.initial_phase) if config.phase_triggers else None
     universe = allowed_tokens(ordinary_token_ids(vocab), vocab)
-    return FusedConstraint(
-        domains, phases, universe.mask, universe.fallback_token, config, len(vocab), vocab.logits_width
-    )
-
+    return FusedConstraint(domains, phases, universe.mask, universe.fallback_token, config, len(vocab), vocab.logits_width)

@@ -45,7 +45,12 @@ def json_schema_rules(
     if not isinstance(max_depth, int) or max_depth < 1:
         raise SchemaError(f"max_depth must be a positive integer, got {max_depth!r}")
     compiler = SchemaCompiler(
-        schema, whitespace=whitespace, strict=strict, allow_additional=allow_additional, max_depth=max_depth, placeholder_gaps=placeholder_gaps
+        schema,
+        whitespace=whitespace,
+        strict=strict,
+        allow_additional=allow_additional,
+        max_depth=max_depth,
+        placeholder_gaps=placeholder_gaps,
     )
     start = compiler.rule("#", 0)
     rules = Rules(start.name, compiler.bodies)

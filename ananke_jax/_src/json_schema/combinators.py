@@ -48,7 +48,11 @@ class Combinators:
         """The conjunctions that the flattened ``flat`` is the union of: one per choice of a branch
         in each of its anyOf lists (flattened, without `ANY_OF`)."""
         if nesting > MAX_ANY_OF_NESTING:  # a branch that leads back to the schema keeps expanding
-            raise Cycle(f"a $ref cycle that consumes no input (anyOf branches expand more than {MAX_ANY_OF_NESTING} levels deep)", keyword="$ref", pointer=pointer)
+            raise Cycle(
+                f"a $ref cycle that consumes no input (anyOf branches expand more than {MAX_ANY_OF_NESTING} levels deep)",
+                keyword="$ref",
+                pointer=pointer,
+            )
         rest = {k: v for k, v in flat.items() if k != ANY_OF}
         for combo in itertools.product(*flat.get(ANY_OF, [])):
             merged = self.merge([rest, *combo], pointer)
@@ -95,7 +99,14 @@ class Combinators:
             return [*branches]
         out = []
         for i, b in enumerate(branches):
-            others = [c for j, c in enumerate(branches) if j != i and flat[i] is not False and flat[j] is not False and not all(self.disjoint(flat[i], flat[j], t, pointer) for t in TYPES)]
+            others = [
+                c
+                for j, c in enumerate(branches)
+                if j != i
+                and flat[i] is not False
+                and flat[j] is not False
+                and not all(self.disjoint(flat[i], flat[j], t, pointer) for t in TYPES)
+            ]
             out.append({"allOf": [b], OTHERS: {"anyOf": others}} if others else b)
         return out
 

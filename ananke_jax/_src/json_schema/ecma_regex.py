@@ -87,9 +87,7 @@ def pattern_node(pattern: str, *, pointer: str = "", keyword: str = "pattern") -
         raise SchemaError(f"a pattern must be a string, got {type(pattern).__name__}", keyword=keyword, pointer=pointer)
     lang = _Parser(pattern, pointer, keyword).parse()
     anything = rx.star(rx.Chars(tuple(_ANY)))
-    return rx.alt(
-        rx.seq(anything, lang.free, anything), rx.seq(lang.start, anything), rx.seq(anything, lang.end), lang.both
-    )
+    return rx.alt(rx.seq(anything, lang.free, anything), rx.seq(lang.start, anything), rx.seq(anything, lang.end), lang.both)
 
 
 class _Lang(NamedTuple):

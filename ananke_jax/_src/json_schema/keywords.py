@@ -18,10 +18,65 @@ ANY_OF = "anyOf*"  # in a flattened schema: a list of branch lists, one value of
 OTHERS = "oneOf others*"  # in a flattened schema: other oneOf branches, whose values it excludes
 NEGATIONS = ("not", OTHERS)
 _ANNOTATIONS = frozenset(
-    ["$schema", "$id", "$anchor", "$comment", "$defs", "definitions", "$vocabulary", "$dynamicAnchor", "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema"]
+    [
+        "$schema",
+        "$id",
+        "$anchor",
+        "$comment",
+        "$defs",
+        "definitions",
+        "$vocabulary",
+        "$dynamicAnchor",
+        "title",
+        "description",
+        "default",
+        "examples",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "contentMediaType",
+        "contentEncoding",
+        "contentSchema",
+    ]
 )
 ASSERTIONS = frozenset(
-    ["type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "items", "prefixItems", "minItems", "maxItems", "contains", "minContains", "maxContains", "anyOf", "oneOf", "allOf", "not", "if", "then", "else", "$ref", OTHERS]
+    [
+        "type",
+        "enum",
+        "const",
+        "properties",
+        "required",
+        "additionalProperties",
+        "patternProperties",
+        "propertyNames",
+        "minProperties",
+        "maxProperties",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "items",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "contains",
+        "minContains",
+        "maxContains",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "not",
+        "if",
+        "then",
+        "else",
+        "$ref",
+        OTHERS,
+    ]
 )
 
 

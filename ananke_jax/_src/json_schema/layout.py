@@ -14,7 +14,9 @@ class Layout:
     """Separators as regex nodes. ``depth`` is the nesting depth of the container."""
 
     def __init__(self, whitespace: str | int, *, placeholder_gaps: bool = False):
-        if whitespace not in ("flexible", "compact") and not (isinstance(whitespace, int) and not isinstance(whitespace, bool) and whitespace >= 0):
+        if whitespace not in ("flexible", "compact") and not (
+            isinstance(whitespace, int) and not isinstance(whitespace, bool) and whitespace >= 0
+        ):
             raise SchemaError(f"whitespace must be 'flexible', 'compact' or an indent width, got {whitespace!r}")
         self.indent = whitespace if isinstance(whitespace, int) else None
         self._gap = (GAP if placeholder_gaps else BOUNDED_GAP) if whitespace == "flexible" else rx.EMPTY

@@ -67,7 +67,9 @@ class Negation:
                     if not constrains(b, t):
                         return rx.NOTHING
                     if container:
-                        cases = [m for c in cases for v in self.failures(c, b, t, pointer) if (m := self.merge([c, v], pointer)) is not False]
+                        cases = [
+                            m for c in cases for v in self.failures(c, b, t, pointer) if (m := self.merge([c, v], pointer)) is not False
+                        ]
                     elif not self.disjoint(rest, b, t, pointer):
                         excluded = self.typed(self.merge([b, {"type": t}], pointer), pointer, depth).get(t, rx.NOTHING)
                         node = automaton_node(rx.difference(rx.intersect(rx.to_dfa(node), _canonical(t)), rx.to_dfa(excluded)))
@@ -125,7 +127,9 @@ class Negation:
                 out.append(({"required": [k]}, {"properties": {k: False}}))
             elif not all(map(trivial, schemas)):
                 out.append(({"required": [k], "properties": {k: {"not": {"allOf": schemas}}}}, {"properties": {k: {"allOf": schemas}}}))
-        if (a.get("patternProperties") or a["additionalProperties"] is not False) and (b.get("patternProperties") or not trivial(others) or names is not None):
+        if (a.get("patternProperties") or a["additionalProperties"] is not False) and (
+            b.get("patternProperties") or not trivial(others) or names is not None
+        ):
             raise Irregular("the keys that neither schema names would need 'some member' constraints")
         return out
 
@@ -134,7 +138,11 @@ class Negation:
         out = [({"maxItems": n - 1}, {"minItems": n}) for n in [max(counts(b, "minItems", pointer) or [0])] if n]
         out += [({"minItems": n + 1}, {"maxItems": n}) for n in [min(counts(b, "maxItems", pointer) or [-1])] if n >= 0]
         prefix = b.get("prefixItems", [])
-        out += [({"minItems": i + 1, "prefixItems": [True] * i + [{"not": p}]}, {"prefixItems": [True] * i + [p]}) for i, p in enumerate(prefix) if not trivial(p)]
+        out += [
+            ({"minItems": i + 1, "prefixItems": [True] * i + [{"not": p}]}, {"prefixItems": [True] * i + [p]})
+            for i, p in enumerate(prefix)
+            if not trivial(p)
+        ]
         tail = self.items(b)
         if tail is False:
             out.append(({"minItems": len(prefix) + 1}, {"maxItems": len(prefix)}))
@@ -152,7 +160,9 @@ class Negation:
 
     def can_have(self, a: dict, key: str, pointer: str) -> bool:
         """Whether objects of ``a`` (with explicit additionalProperties) may have ``key``."""
-        return False not in self.key_schemas(a.get("properties", {}), a.get("patternProperties", {}), a["additionalProperties"], key, pointer)
+        return False not in self.key_schemas(
+            a.get("properties", {}), a.get("patternProperties", {}), a["additionalProperties"], key, pointer
+        )
 
     def disjoint(self, a: dict, b: dict, t: str, pointer: str) -> bool:
         """Whether no value of type ``t`` satisfies both flattened schemas, judged cheaply (False

@@ -25,7 +25,10 @@ MAX_MULTIPLE_OF = 10_000  # remainders tracked by the multipleOf automaton
 # fraction, no "-0".
 CANONICAL = rx.alt(
     rx.Text("0"),
-    rx.seq(rx.optional(rx.Text("-")), rx.alt(rx.seq(rx.Text("0."), DIGITS, _NONZERO), rx.seq(_NONZERO, DIGITS, rx.optional(rx.seq(rx.Text("."), DIGITS, _NONZERO))))),
+    rx.seq(
+        rx.optional(rx.Text("-")),
+        rx.alt(rx.seq(rx.Text("0."), DIGITS, _NONZERO), rx.seq(_NONZERO, DIGITS, rx.optional(rx.seq(rx.Text("."), DIGITS, _NONZERO)))),
+    ),
 )
 
 
@@ -183,10 +186,8 @@ def _remainder_dfa(p: int, places: int, *, fraction_allowed: bool) -> ByteDFA:
     States: dead, start, after "-", then (remainder r, j fraction digits read, phase) where phase
     0 is the integer part and 1 the fraction (j <= places; further fraction digits must be 0).
     """
-    index: dict[tuple, int] = {}
     order: list[tuple] = [("dead",), ("start",), ("minus",)]
-    for i, s in enumerate(order):
-        index[s] = i
+    index: dict[tuple, int] = {s: i for i, s in enumerate(order)}
     rows: list[list[int]] = []
     accepting: list[bool] = []
 

@@ -93,7 +93,9 @@ class Objects:
 
         declared = []  # (member node, required)
         for name in properties:
-            node = member(strings.literal(name), self.key_schemas(properties, patterns, additional, name, pointer), child(pointer, "properties", name))
+            node = member(
+                strings.literal(name), self.key_schemas(properties, patterns, additional, name, pointer), child(pointer, "properties", name)
+            )
             if names is not None and not names.accepts(strings.spelling(name).encode()):
                 node = rx.NOTHING
             declared.append((node, name in required))

@@ -33,7 +33,11 @@ class Scalars:
             if check is not None:
                 allowed = check.get(t)
                 scalar = t not in ("array", "object")
-                if allowed is None or (is_regular(allowed) and (scalar or not self.layout.depth_dependent) and not rx.to_dfa(allowed).accepts(compact(v).encode())):
+                if allowed is None or (
+                    is_regular(allowed)
+                    and (scalar or not self.layout.depth_dependent)
+                    and not rx.to_dfa(allowed).accepts(compact(v).encode())
+                ):
                     continue
             out.setdefault(t, []).append(self.literal(v, depth))
         return {t: rx.alt(*nodes) for t, nodes in out.items()}
@@ -82,9 +86,7 @@ class Scalars:
 
     def string_body(self, s: dict, pointer: str) -> rx.Node:
         """The insides of the strings ``s`` allows (``pattern``, ``format``, length bounds)."""
-        values = []
-        for p in as_list(s.get("pattern", [])):
-            values.append(pattern_node(p, pointer=pointer))
+        values = [pattern_node(p, pointer=pointer) for p in as_list(s.get("pattern", []))]
         for f in as_list(s.get("format", [])):
             node = format_node(f)
             if node is None:

@@ -93,9 +93,7 @@ class KVCache(NamedTuple):
     values: jax.Array
 
 
-def init_cache(
-    config: LlamaConfig, batch: int, max_len: int | None = None, dtype: Any = jnp.float32
-) -> tuple[KVCache, ...]:
+def init_cache(config: LlamaConfig, batch: int, max_len: int | None = None, dtype: Any = jnp.float32) -> tuple[KVCache, ...]:
     """Returns an all-zero cache: one ``KVCache`` per layer, batch leading.
 
     Args:
@@ -111,9 +109,7 @@ def init_cache(
         config.kv_heads,
         config.head_dim,
     )
-    return tuple(
-        KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.layers)
-    )
+    return tuple(KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.layers))
 
 
 def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
@@ -132,9 +128,7 @@ class Attention(nn.Module):
     config: LlamaConfig
 
     @nn.compact
-    def __call__(
-        self, x: jax.Array, positions: jax.Array, cache: KVCache
-    ) -> tuple[jax.Array, KVCache]:
+    def __call__(self, x: jax.Array, positions: jax.Array, cache: KVCache) -> tuple[jax.Array, KVCache]:
         c = self.config
         batch, length, _ = x.shape
         groups = c.heads // c.kv_heads
@@ -154,9 +148,7 @@ class Attention(nn.Module):
         )
         # Query head h reads key/value head h // groups, as Hugging Face's repeat_kv.
         q = q.reshape(batch, length, c.kv_heads, groups, c.head_dim)
-        scores = jnp.einsum(
-            "btkgd,bskd->bkgts", q, cache.keys, preferred_element_type=jnp.float32
-        ) / jnp.sqrt(jnp.float32(c.head_dim))
+        scores = jnp.einsum("btkgd,bskd->bkgts", q, cache.keys, preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(c.head_dim))
         slots = jnp.arange(cache.keys.shape[1])
         visible = slots[None, None, :] <= positions[:, :, None]  # [B, T, S]
         scores = jnp.where(visible[:, None, None], scores, jnp.finfo(jnp.float32).min)
@@ -184,13 +176,9 @@ class Block(nn.Module):
     config: LlamaConfig
 
     @nn.compact
-    def __call__(
-        self, x: jax.Array, positions: jax.Array, cache: KVCache
-    ) -> tuple[jax.Array, KVCache]:
+    def __call__(self, x: jax.Array, positions: jax.Array, cache: KVCache) -> tuple[jax.Array, KVCache]:
         norm = functools.partial(nn.RMSNorm, epsilon=self.config.rms_eps, param_dtype=x.dtype)
-        attended, cache = Attention(self.config, name="attn")(
-            norm(name="attn_norm")(x), positions, cache
-        )
+        attended, cache = Attention(self.config, name="attn")(norm(name="attn_norm")(x), positions, cache)
         x = x + attended
         return x + FeedForward(self.config, name="ffn")(norm(name="ffn_norm")(x)), cache
 
@@ -206,9 +194,7 @@ class Llama(nn.Module):
     param_dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(
-        self, tokens: jax.Array, positions: jax.Array, cache: tuple[KVCache, ...]
-    ) -> tuple[jax.Array, tuple[KVCache, ...]]:
+    def __call__(self, tokens: jax.Array, positions: jax.Array, cache: tuple[KVCache, ...]) -> tuple[jax.Array, tuple[KVCache, ...]]:
         """Runs ``tokens`` at ``positions`` against ``cache``.
 
         Args:
@@ -233,9 +219,7 @@ class Llama(nn.Module):
         if c.tie_embeddings:
             logits = embed.attend(x)
         else:
-            logits = nn.Dense(
-                c.vocab_size, use_bias=False, param_dtype=self.param_dtype, name="lm_head"
-            )(x)
+            logits = nn.Dense(c.vocab_size, use_bias=False, param_dtype=self.param_dtype, name="lm_head")(x)
         return logits.astype(jnp.float32), tuple(new_cache)
 
 

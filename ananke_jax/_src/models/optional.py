@@ -11,6 +11,4 @@ def optional_import(module: str, purpose: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(
-            f"{purpose} needs the {module.split('.')[0]} package: pip install 'ananke-jax[model]'"
-        ) from e
+        raise ImportError(f"{purpose} needs the {module.split('.')[0]} package: pip install 'ananke-jax[model]'") from e

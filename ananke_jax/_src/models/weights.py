@@ -123,9 +123,7 @@ def load_gguf(path: PathLike, *, dtype: Any = jnp.float32) -> tuple[LlamaConfig,
     return config, _assemble(config, "gguf", shapes, read, file.path, dtype)
 
 
-def load_safetensors(
-    path: PathLike, config: LlamaConfig | None = None, *, dtype: Any = jnp.float32
-) -> tuple[LlamaConfig, Params]:
+def load_safetensors(path: PathLike, config: LlamaConfig | None = None, *, dtype: Any = jnp.float32) -> tuple[LlamaConfig, Params]:
     """Loads Hugging Face Llama weights from safetensors.
 
     Args:
@@ -146,11 +144,7 @@ def load_safetensors(
     safe_open = optional_import("safetensors", "reading safetensors weights").safe_open
     name = os.fspath(path)
     directory = name if os.path.isdir(name) else os.path.dirname(name)
-    files = (
-        sorted(os.path.join(name, f) for f in os.listdir(name) if f.endswith(".safetensors"))
-        if os.path.isdir(name)
-        else [name]
-    )
+    files = sorted(os.path.join(name, f) for f in os.listdir(name) if f.endswith(".safetensors")) if os.path.isdir(name) else [name]
     if not files:
         raise WeightsError(f"{name}: no .safetensors files in the directory")
     if config is None:
@@ -159,7 +153,7 @@ def load_safetensors(
     for file in files:
         try:
             handle = safe_open(file, framework="flax")
-            for tensor in handle.keys():  # noqa: SIM118 (a handle is not iterable)
+            for tensor in handle.keys():  # noqa: SIM118 (a safetensors handle is no dict)
                 handles[tensor] = handle
                 shapes[tensor] = tuple(handle.get_slice(tensor).get_shape())
         except Exception as e:  # safetensors raises its own SafetensorError and OSError.
@@ -227,9 +221,7 @@ def _unpermute_rope_rows(weight: np.ndarray, heads: int) -> np.ndarray:
     adjacent pairs ``(2i, 2i + 1)``; this restores the halves.
     """
     rows, columns = weight.shape
-    return (
-        weight.reshape(heads, rows // heads // 2, 2, columns).swapaxes(1, 2).reshape(rows, columns)
-    )
+    return weight.reshape(heads, rows // heads // 2, 2, columns).swapaxes(1, 2).reshape(rows, columns)
 
 
 def _gguf_config(file: GGUFFile) -> LlamaConfig:

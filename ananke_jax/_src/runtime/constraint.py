@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from ananke_jax._src.compiled import RegularGrammar, RegularState
-from ananke_jax._src.compiled_cfg import PushdownState, PushdownGrammar
+from ananke_jax._src.compiled_cfg import PushdownGrammar, PushdownState
 from ananke_jax._src.runtime import pushdown
 from ananke_jax._src.runtime.masks import apply_mask, check_logits_width, is_allowed
 

@@ -20,19 +20,11 @@ def gguf_contents(meta: Mapping[str, Any]) -> TokenizerContents:
     elif kind == "llama":
         text_bytes, user_defined_bytes = sentencepiece_text, None
     else:
-        raise VocabularyError(
-            f"unsupported GGUF tokenizer model {kind!r} (gpt2 and llama are supported)"
-        )
+        raise VocabularyError(f"unsupported GGUF tokenizer model {kind!r} (gpt2 and llama are supported)")
     pieces = meta["tokenizer.ggml.tokens"]
     types = meta.get("tokenizer.ggml.token_type", [SP_NORMAL] * len(pieces))
-    tokens, special = typed_pieces(
-        zip(pieces, list(types), strict=True), text_bytes, user_defined_bytes
-    )
-    eos = [
-        meta[k]
-        for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id")
-        if k in meta
-    ]
+    tokens, special = typed_pieces(zip(pieces, list(types), strict=True), text_bytes, user_defined_bytes)
+    eos = [meta[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in meta]
     return TokenizerContents(
         tokens,
         eos_token_ids=eos,

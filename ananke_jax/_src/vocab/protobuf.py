@@ -54,9 +54,7 @@ def proto_fields(buf: memoryview) -> Iterator[tuple[int, int, int | memoryview]]
 def expect_bytes(field: int, wire: int, value: int | memoryview) -> memoryview:
     """``value``, checked to be length-delimited."""
     if wire != 2:
-        raise VocabularyError(
-            f"protobuf field {field} has wire type {wire}, expected length-delimited"
-        )
+        raise VocabularyError(f"protobuf field {field} has wire type {wire}, expected length-delimited")
     assert isinstance(value, memoryview)
     return value
 

@@ -27,9 +27,7 @@ def read_sentencepiece(path: PathLike) -> TokenizerContents:
     # Writers always emit the trainer spec after the pieces, so its absence means
     # the file was cut short (or is not a SentencePiece model at all).
     if not pieces or not has_trainer_spec:
-        raise VocabularyError(
-            "not a SentencePiece model (no pieces or no trainer spec; truncated file?)"
-        )
+        raise VocabularyError("not a SentencePiece model (no pieces or no trainer spec; truncated file?)")
     if eos_id < 0:
         raise VocabularyError("the model defines no EOS piece (eos_id = -1)")
     tokens, special = typed_pieces(pieces, sentencepiece_text)

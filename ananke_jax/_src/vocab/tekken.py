@@ -27,9 +27,7 @@ def read_tekken(path: PathLike) -> TokenizerContents:
     data = read_json(path)
     config = data["config"]
     vocab_size = as_int(config["default_vocab_size"], "default_vocab_size")
-    num_special = as_int(
-        config["default_num_special_tokens"], "default_num_special_tokens"
-    )
+    num_special = as_int(config["default_num_special_tokens"], "default_num_special_tokens")
     entries = data["vocab"]
     num_ordinary = vocab_size - num_special
     if not 0 <= num_ordinary <= len(entries):

@@ -33,9 +33,7 @@ def read_tokenizer_json(path: PathLike, eos_token_ids: int | Iterable[int] | Non
     for piece, token_id in pairs:
         token_id = as_int(token_id, f"id of token {piece!r}")
         if model_tokens.setdefault(token_id, piece) != piece:
-            raise VocabularyError(
-                f"id {token_id} is used by both {model_tokens[token_id]!r} and {piece!r}"
-            )
+            raise VocabularyError(f"id {token_id} is used by both {model_tokens[token_id]!r} and {piece!r}")
     added = data.get("added_tokens") or []
     added_ids = {as_int(t["id"], "added token id"): t for t in added}
     all_ids = model_tokens.keys() | added_ids.keys()
@@ -89,16 +87,13 @@ def _token_decoder(data: Mapping[str, Any], model: Mapping[str, Any]) -> Callabl
         elif kind == "Replace":
             pattern = step["pattern"]
             if "String" not in pattern:
-                raise VocabularyError(
-                    f"unsupported Replace decoder pattern {pattern!r} (only String patterns)"
-                )
+                raise VocabularyError(f"unsupported Replace decoder pattern {pattern!r} (only String patterns)")
             replacements.append((pattern["String"], step["content"]))
         elif kind == "ByteFallback":
             byte_fallback = True
         elif kind not in _TEXT_ONLY_DECODERS:
             raise VocabularyError(
-                f"unsupported decoder {kind!r}: only byte-level and SentencePiece-style "
-                "(Metaspace) vocabularies are supported"
+                f"unsupported decoder {kind!r}: only byte-level and SentencePiece-style (Metaspace) vocabularies are supported"
             )
 
     if byte_level:
@@ -114,9 +109,7 @@ def _token_decoder(data: Mapping[str, Any], model: Mapping[str, Any]) -> Callabl
     return text_bytes
 
 
-def _eos_id(
-    path: PathLike, model_tokens: Mapping[int, str], added: Sequence[Mapping[str, Any]]
-) -> int:
+def _eos_id(path: PathLike, model_tokens: Mapping[int, str], added: Sequence[Mapping[str, Any]]) -> int:
     """Finds the EOS id from ``tokenizer_config.json`` beside ``path`` or the usual names."""
     ids = {piece: i for i, piece in model_tokens.items()}
     ids.update((t["content"], t["id"]) for t in added)

@@ -68,10 +68,7 @@ class Vocabulary:
         self._tokens = tuple(tokens)
         for i, token in enumerate(self._tokens):
             if not isinstance(token, bytes):
-                raise VocabularyError(
-                    f"token {i} is {type(token).__name__}, expected bytes "
-                    "(use Vocabulary.from_tokens for str tokens)"
-                )
+                raise VocabularyError(f"token {i} is {type(token).__name__}, expected bytes (use Vocabulary.from_tokens for str tokens)")
         size = len(self._tokens)
         eos = _id_tuple(eos_token_ids, "eos_token_ids")
         if not eos:
@@ -80,16 +77,12 @@ class Vocabulary:
         bad = sorted(i for i in special if not 0 <= i < size)
         if bad:
             kind = "EOS" if set(bad) & set(eos) else "special"
-            raise VocabularyError(
-                f"{kind} token id {bad[0]} is out of range for vocabulary size {size}"
-            )
+            raise VocabularyError(f"{kind} token id {bad[0]} is out of range for vocabulary size {size}")
         if logits_width is None:
             logits_width = size
         logits_width = as_int(logits_width, "logits_width")
         if logits_width < size:
-            raise VocabularyError(
-                f"logits_width {logits_width} is smaller than the vocabulary size {size}"
-            )
+            raise VocabularyError(f"logits_width {logits_width} is smaller than the vocabulary size {size}")
         self._eos_token_ids = tuple(sorted(set(eos)))
         self._special_token_ids = special
         self._logits_width = logits_width
@@ -266,9 +259,7 @@ class Vocabulary:
             IndexError: If ``token_id`` is not in ``[0, len(self))``.
         """
         if not 0 <= token_id < len(self._tokens):
-            raise IndexError(
-                f"token id {token_id} is out of range for vocabulary size {len(self._tokens)}"
-            )
+            raise IndexError(f"token id {token_id} is out of range for vocabulary size {len(self._tokens)}")
         return self._tokens[token_id]
 
     def decode(self, token_ids: Iterable[int]) -> str:
