@@ -18,7 +18,7 @@ def compile_grammar(
     """Compile a grammar IR for ``vocab`` into the bounded-stack pushdown engine.
 
     Args:
-      grammar: the IR (`ananke_jax.ir.Grammar`).
+      grammar: the IR (`ananke_jax.Grammar`).
       vocab: the vocabulary.
       stack_depth: static LR stack depth (default 64); deeper nesting is masked.
       max_configs: static number of parse configurations kept where lexing is ambiguous.

@@ -15,7 +15,7 @@ from ananke_jax._src.vocab import Vocabulary
 
 
 def compile_regex(pattern: str, vocab: Vocabulary) -> RegularGrammar:
-    """Compile a regex (Python syntax, full match; see `ananke_jax.regex` notes) for ``vocab``.
+    """Compile a regex (Python syntax, full match; the supported syntax is in docs/guide.md) for ``vocab``.
 
     Raises:
       GrammarError: invalid or unsupported pattern, or an empty language.

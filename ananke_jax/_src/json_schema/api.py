@@ -97,7 +97,7 @@ def compile_json_schema(
         ``json.dumps(value, indent=n)``'s layout).
       strict: raise `SchemaError` on keywords that cannot be compiled; False ignores them with a
         warning (the relaxation is named in the message). Either way, a ``oneOf`` whose branches
-        overlap where their difference cannot be compiled exactly (see the README) is compiled as
+        overlap where their difference cannot be compiled exactly (see docs/guide.md, JSON Schema) is compiled as
         ``anyOf`` for those JSON types, with a warning.
       allow_additional: objects that describe their keys (``properties``, ``patternProperties``
         or ``required``) but not ``additionalProperties``, and arrays with ``prefixItems`` but no
