@@ -150,8 +150,8 @@ def _inside(module: str, *prefixes: str) -> bool:
 
 
 def test_the_graph_sees_the_package():
-    assert "ananke_jax._src.runtime.pushdown" in MODULES
-    assert "ananke_jax._src.compiled" in IMPORTS["ananke_jax._src.runtime.constraint"]
+    assert "ananke_jax._src.engines.pushdown" in MODULES
+    assert "ananke_jax._src.engines.protocol" in IMPORTS["ananke_jax._src.runtime.constraint"]
     assert len(MODULES) > 50
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from ananke_jax import GrammarError
 from ananke_jax._src.compile.lr import lr_tables
-from ananke_jax._src.compiled_cfg import ACCEPT, ERROR, MAX_RULE_LENGTH, REDUCE, SHIFT
+from ananke_jax._src.engines.lr import ACCEPT, ERROR, MAX_RULE_LENGTH, REDUCE, SHIFT
 from ananke_jax._src.ir import grammar
 
 from earley import EarleyRecogniser

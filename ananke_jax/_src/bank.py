@@ -16,8 +16,8 @@ import numpy as np
 
 from ananke_jax._src.compile.cfg import EMPTY_SET
 from ananke_jax._src.compile.outcome_trie import NO_CHUNK, chunk_layout
-from ananke_jax._src.compiled import RegularGrammar
-from ananke_jax._src.compiled_cfg import PushdownGrammar
+from ananke_jax._src.engines.pushdown import PushdownGrammar
+from ananke_jax._src.engines.regular import RegularGrammar
 
 
 def pad_grammar(cg: RegularGrammar, *, states: int, classes: int, rows: int) -> RegularGrammar:

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ananke_jax._src.compile.arrays import pack_bits
-from ananke_jax._src.compiled import RegularGrammar
+from ananke_jax._src.engines.regular import RegularGrammar
 from ananke_jax._src.runtime.constraint import advance, token_allowed
 from ananke_jax._src.vocab import Vocabulary
 

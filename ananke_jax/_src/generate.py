@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ananke_jax._src.compiled import RegularGrammar
-from ananke_jax._src.compiled_cfg import PushdownGrammar
 from ananke_jax._src.drafts import NUM_TABLES, DraftTables, draft_tables, propose, record
+from ananke_jax._src.engines.masks import check_logits_width, is_allowed
+from ananke_jax._src.engines.protocol import Constraint
 from ananke_jax._src.runtime.constraint import (
     accepts,
     advance,
@@ -28,7 +28,6 @@ from ananke_jax._src.runtime.constraint import (
     token_allowed,
     token_mask,
 )
-from ananke_jax._src.runtime.masks import check_logits_width, is_allowed
 from ananke_jax._src.runtime.sampling import SamplingParams, filter_logits, sample
 
 FINISH_REASONS = ("running", "eos", "grammar_complete", "length", "constraint_error")
@@ -82,7 +81,7 @@ def generate(
     step_fn: Callable,
     params: Any,
     prompt_tokens,
-    constraint: RegularGrammar | PushdownGrammar | None,
+    constraint: Constraint | None,
     *,
     cache: Any,
     max_new_tokens: int,
@@ -200,7 +199,7 @@ def _draws_without_mask(constraint, choices) -> bool:
     """Whether drawing from the unconstrained logits, then keeping an allowed token, gives the
     token that drawing from the masked logits gives (same noise): a plain grammar (no soft
     scores) and no filter that depends on the mask."""
-    return isinstance(constraint, (RegularGrammar, PushdownGrammar)) and not any(c.filters for c in choices)
+    return constraint is not None and not constraint.adjusts_logits and not any(c.filters for c in choices)
 
 
 def _start(step_fn, params, rows: _Rows, constraint, cache, *, per_row):

@@ -21,9 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ananke_jax._src.compiled import RegularGrammar, RegularState
+from ananke_jax._src.engines.masks import apply_mask
+from ananke_jax._src.engines.regular import RegularGrammar, RegularState
 from ananke_jax._src.runtime.constraint import accepts, advance, init_state, token_mask
-from ananke_jax._src.runtime.masks import apply_mask
 from ananke_jax._src.vocab import Vocabulary
 
 _token_mask = jax.jit(token_mask)

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ananke_jax._src.compiled import RegularGrammar, RegularState
-from ananke_jax._src.compiled_cfg import PushdownGrammar, PushdownState
+from ananke_jax._src.engines.pushdown import PushdownGrammar, PushdownState
+from ananke_jax._src.engines.regular import RegularGrammar, RegularState
 
 _KINDS = {"regular": RegularGrammar, "pushdown": PushdownGrammar}
 _FORMAT = 1

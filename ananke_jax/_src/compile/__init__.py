@@ -1,2 +1,2 @@
 """Automata and alignment (host, numpy): regexes to byte DFAs, LR tables, and automata times a
-vocabulary to the token tables of `ananke_jax._src.compiled` and `ananke_jax._src.compiled_cfg`."""
+vocabulary to the token tables of `ananke_jax._src.compiled` and `ananke_jax._src.engines.pushdown`."""

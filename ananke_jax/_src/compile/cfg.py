@@ -30,7 +30,7 @@ from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import outcome_tries
 from ananke_jax._src.compile.token_table import spell_tokens
 from ananke_jax._src.compile.token_trie import build_trie, classes_of_hashes
-from ananke_jax._src.compiled_cfg import PushdownGrammar
+from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar
 from ananke_jax._src.vocab import Vocabulary

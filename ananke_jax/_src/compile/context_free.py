@@ -4,7 +4,7 @@ GBNF front ends, and JSON Schemas that need a stack, come through here)."""
 from __future__ import annotations
 
 from ananke_jax._src.compile.cfg import compile_ir
-from ananke_jax._src.compiled_cfg import PushdownGrammar
+from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.ir import Grammar
 from ananke_jax._src.vocab import Vocabulary
 

@@ -13,7 +13,7 @@ from lark.common import ParserConf
 from lark.grammar import NonTerminal, Rule, Terminal
 from lark.parsers.lalr_analysis import LALR_Analyzer
 
-from ananke_jax._src.compiled_cfg import ACCEPT, MAX_RULE_LENGTH, REDUCE, SHIFT
+from ananke_jax._src.engines.lr import ACCEPT, MAX_RULE_LENGTH, REDUCE, SHIFT
 from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar
 

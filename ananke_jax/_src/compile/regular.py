@@ -10,7 +10,7 @@ from ananke_jax._src.compile.automaton import ByteDFA
 from ananke_jax._src.compile.regex import choices_to_dfa, regex_to_dfa
 from ananke_jax._src.compile.token_table import token_tables
 from ananke_jax._src.compile.unit_loops import UnitLoops
-from ananke_jax._src.compiled import RegularGrammar, from_numpy
+from ananke_jax._src.engines.regular import RegularGrammar, from_numpy
 from ananke_jax._src.vocab import Vocabulary
 
 

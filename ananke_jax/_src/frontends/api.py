@@ -4,7 +4,7 @@ grammar into the IR, `compile_grammar` builds the pushdown engine's tables from 
 from __future__ import annotations
 
 from ananke_jax._src.compile.context_free import compile_grammar
-from ananke_jax._src.compiled_cfg import PushdownGrammar
+from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.frontends.gbnf import gbnf_to_ir
 from ananke_jax._src.frontends.lark_frontend import lark_to_ir
 from ananke_jax._src.vocab import Vocabulary

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ananke_jax._src.compile.automaton import DEAD
-from ananke_jax._src.compiled import RegularGrammar, RegularState, from_numpy
+from ananke_jax._src.engines.protocol import Constraint
+from ananke_jax._src.engines.regular import RegularGrammar, RegularState, from_numpy
 from ananke_jax._src.errors import FusionError
 from ananke_jax._src.fusion.triggers import (
     matcher_tables,
@@ -50,7 +51,7 @@ class DeferredState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class DeferredConstraint:
+class DeferredConstraint(Constraint):
     """A grammar switched on by a trigger string (a pytree with the four constraint functions).
 
     While waiting, every ordinary token is allowed except those that end the trigger with a
@@ -77,10 +78,6 @@ class DeferredConstraint:
     @property
     def logits_width(self) -> int:
         return self.matcher.logits_width
-
-    @property
-    def mask_words(self) -> int:
-        return self.matcher.mask_words
 
     @property
     def fallback_token(self) -> jax.Array:
@@ -111,6 +108,15 @@ class DeferredConstraint:
             lambda m, e, s: jnp.where(active, m, jnp.where(node >= self.first_active, e, s)), moved, entered, state.inner
         )
         return DeferredState(node, inner)
+
+    @property
+    def adjusts_logits(self) -> bool:
+        return self.grammar.adjusts_logits
+
+    def logit_adjustment(self, state: DeferredState) -> jax.Array | None:
+        """The grammar's logit adjustment once active (none while waiting), or None."""
+        inner = self.grammar.logit_adjustment(state.inner)
+        return None if inner is None else jnp.where(self.is_active(state), inner, jnp.zeros_like(inner))
 
     def accepts(self, state: DeferredState) -> jax.Array:
         return self.is_active(state) & accepts(self.grammar, state.inner)

@@ -12,10 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ananke_jax._src.compile.arrays import pack_bits
+from ananke_jax._src.engines.masks import unpack_mask
+from ananke_jax._src.engines.protocol import Constraint
 from ananke_jax._src.errors import FusionError
 from ananke_jax._src.fusion.config import finite_float
 from ananke_jax._src.runtime.constraint import advance, init_state, is_error, token_mask
-from ananke_jax._src.runtime.masks import unpack_mask
 from ananke_jax._src.vocab import Vocabulary
 
 
@@ -24,7 +25,7 @@ class AllowListState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class AllowList:
+class AllowList(Constraint):
     """A hard domain that allows a fixed set of token ids, and EOS (a pytree with the four
     constraint functions). It restricts what may be written, not when the output ends, and it
     has no error state: a token outside the list (taken after a relaxation) changes nothing.
@@ -39,10 +40,6 @@ class AllowList:
     fallback_token: jax.Array
     vocab_size: int
     logits_width: int
-
-    @property
-    def mask_words(self) -> int:
-        return self.mask.shape[-1]
 
     def init_state(self) -> AllowListState:
         return AllowListState()

@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 
 from ananke_jax._src.compile.token_trie import ordinary_token_ids
+from ananke_jax._src.engines.masks import is_allowed
+from ananke_jax._src.engines.protocol import Constraint
 from ananke_jax._src.errors import FusionError
 from ananke_jax._src.fusion.algebra import (
     FusionResult,
@@ -30,7 +32,6 @@ from ananke_jax._src.fusion.config import (
 from ananke_jax._src.fusion.domains import SoftDomain, allowed_tokens
 from ananke_jax._src.fusion.phases import PhaseTracker, phase_tracker
 from ananke_jax._src.runtime.constraint import advance, init_state, token_mask
-from ananke_jax._src.runtime.masks import apply_mask, is_allowed
 from ananke_jax._src.vocab import Vocabulary
 
 
@@ -51,7 +52,7 @@ class FusedState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class FusedConstraint:
+class FusedConstraint(Constraint):
     """Hard domains intersected once, soft domains added to the logits once, the relaxation
     cascade when the intersection is empty, and the active domains chosen per phase.
 
@@ -77,10 +78,6 @@ class FusedConstraint:
     config: FusionConfig
     vocab_size: int
     logits_width: int
-
-    @property
-    def mask_words(self) -> int:
-        return self.universe.shape[-1]
 
     def init_state(self) -> FusedState:
         domains = tuple(None if d is None else init_state(d) for d in self.domains)
@@ -125,11 +122,13 @@ class FusedConstraint:
         """uint32[W]: the relaxed intersection of the active hard domains."""
         return self.relaxation(state).feasible_mask
 
-    def masked_logits(self, state: FusedState, logits: jax.Array) -> jax.Array:
-        """float[L]: ``logits`` (float[L], ``vocab_size <= L <= logits_width``) plus the soft
-        adjustment, then -inf outside the relaxed mask."""
-        adjustment = self.result(state).logit_adjustment[: logits.shape[-1]]
-        return apply_mask(logits + adjustment.astype(logits.dtype), self.token_mask(state))
+    @property
+    def adjusts_logits(self) -> bool:
+        return True
+
+    def logit_adjustment(self, state: FusedState) -> jax.Array:
+        """float32[logits_width]: the weighted soft scores of the active soft domains."""
+        return self.result(state).logit_adjustment
 
     def advance(self, state: FusedState, token: jax.Array) -> FusedState:
         """Advance every domain and the phase; record the relaxation the token was drawn under."""

@@ -11,7 +11,7 @@ import numpy as np
 
 from ananke_jax._src.compile.automaton import DEAD
 from ananke_jax._src.compile.regular import compile_dfa
-from ananke_jax._src.compiled import RegularGrammar, RegularState
+from ananke_jax._src.engines.regular import RegularGrammar, RegularState
 from ananke_jax._src.errors import FusionError
 from ananke_jax._src.fusion.config import GenerationPhase, parse_enum
 from ananke_jax._src.fusion.triggers import phase_dfa, trigger_bytes

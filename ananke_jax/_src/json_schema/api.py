@@ -10,8 +10,8 @@ from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc
 from ananke_jax._src.compile.context_free import DEFAULT_MAX_CONFIGS, compile_grammar
 from ananke_jax._src.compile.regular import compile_dfa
 from ananke_jax._src.compile.unit_loops import expand_unit_loops
-from ananke_jax._src.compiled import RegularGrammar
-from ananke_jax._src.compiled_cfg import PushdownGrammar
+from ananke_jax._src.engines.pushdown import PushdownGrammar
+from ananke_jax._src.engines.regular import RegularGrammar
 from ananke_jax._src.errors import GrammarError, SchemaError
 from ananke_jax._src.grammar_text import to_gbnf, to_lark
 from ananke_jax._src.ir import Grammar

@@ -1,4 +1,4 @@
-"""`RegularGrammar`: the immutable device tables a constraint runs on."""
+"""`RegularGrammar`: the token DFA engine, its device tables and its step (a gather or two)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import dataclasses
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from ananke_jax._src.engines.protocol import Constraint
 
-def table_bytes(tables) -> int:
-    """Bytes of device memory the arrays of a pytree of tables occupy (read from shapes only)."""
-    return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tables))
+DEAD = 0  # the error state of every token DFA
 
 
 class RegularState(NamedTuple):
@@ -25,7 +25,7 @@ class RegularState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class RegularGrammar:
+class RegularGrammar(Constraint):
     """Token-level tables of a regular constraint, held as device arrays (a pytree).
 
     Only the sizes of the vocabulary are static: two grammars over one vocabulary whose tables
@@ -67,13 +67,28 @@ class RegularGrammar:
     def num_classes(self) -> int:
         return self.next_state.shape[1]
 
-    @property
-    def mask_words(self) -> int:
-        return self.mask_rows.shape[1]
+    def token_mask(self, state: RegularState) -> jax.Array:
+        return self.mask_rows[self.row_of_state[state.node]]
 
-    @property
-    def table_bytes(self) -> int:
-        return table_bytes(self)
+    def token_allowed(self, state: RegularState, token: jax.Array) -> jax.Array:
+        """bool[]: one word of the state's mask row."""
+        token = jnp.asarray(token, jnp.int32)
+        safe = jnp.clip(token, 0, 32 * self.mask_words - 1)
+        word = self.mask_rows[self.row_of_state[state.node], safe >> 5]
+        in_range = (token >= 0) & (token < self.logits_width)
+        return in_range & ((word >> (safe & 31).astype(jnp.uint32)) & 1).astype(jnp.bool_)
+
+    def advance(self, state: RegularState, token: jax.Array) -> RegularState:
+        token = jnp.asarray(token, jnp.int32)
+        in_range = (token >= 0) & (token < self.logits_width)
+        token_class = self.class_of_token[jnp.clip(token, 0, self.logits_width - 1)]
+        return RegularState(node=jnp.where(in_range, self.next_state[state.node, token_class], DEAD))
+
+    def accepts(self, state: RegularState) -> jax.Array:
+        return self.accepting[state.node]
+
+    def is_error(self, state: RegularState) -> jax.Array:
+        return state.node == DEAD
 
     def __repr__(self) -> str:
         return (

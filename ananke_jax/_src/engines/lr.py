@@ -1,148 +1,20 @@
-"""`PushdownGrammar`: the device tables of the bounded-stack pushdown engine, its state, and the
-LR simulations that give a parse configuration its verdicts.
+"""LR simulations on device: the verdicts of a pushdown parse configuration.
 
-A configuration's verdicts (which outcomes of its lexer state its stack allows) are part of the
-state, so the state before any token needs them as much as every later one: the simulations live
-beside the tables, and `ananke_jax._src.runtime.pushdown` builds the mask and the advance on them.
-All loops have static bounds or bounded trip counts; nothing branches on traced values in Python.
+A configuration's verdicts (which outcomes of its lexer state its stack allows) come from feeding
+the terminals of those outcomes, shared through a prefix tree, to simulations on copies of the
+stack. ``cg`` below is a `PushdownGrammar` (`ananke_jax._src.engines.pushdown`). All loops have
+static bounds or bounded trip counts; nothing branches on traced values in Python.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from ananke_jax._src.compiled import table_bytes
-
 MAX_RULE_LENGTH = 1023  # the symbols of one alternative: an LR action packs them in 10 bits
 ERROR, SHIFT, REDUCE, ACCEPT = 0, 1, 2, 3  # the kinds of LR action in `PushdownGrammar.action_kind`
-
-
-class PushdownState(NamedTuple):
-    """The constraint state of one sequence under a context-free grammar (a `lax.scan` carry).
-
-    Up to K parse configurations are kept, one per way the output so far can be lexed.
-
-    Attributes:
-      stacks: int32[K, D], LR state stacks; entries at and above ``depth`` are junk.
-      depth: int32[K], stack heights.
-      lexer: int32[K], lexer states (the terminal being read).
-      live: bool[K], which configurations are in use.
-      outcome_ok: bool[K, P], which outcomes of its lexer state each configuration allows.
-      complete: bool[K], the output is complete in that configuration (EOS allowed).
-      finished: bool[], EOS was taken.
-      overflow: bool[], some continuation was refused or dropped for lack of stack depth or
-        configurations.
-    """
-
-    stacks: jax.Array
-    depth: jax.Array
-    lexer: jax.Array
-    live: jax.Array
-    outcome_ok: jax.Array
-    complete: jax.Array
-    finished: jax.Array
-    overflow: jax.Array
-
-
-@dataclasses.dataclass(frozen=True)
-class PushdownGrammar:
-    """Token-level tables of a context-free grammar, held as device arrays (a pytree).
-
-    Attributes (Q lexer states, S LR states, T LR terminal columns with the end of
-    input last; per lexer state: N trie nodes, P outcomes, B dense rows, Z sparse tokens):
-      lexer_start: int32[], the lexer state right after a cut.
-      action_kind: int8[S, T]; action_arg, goto, rule_lhs, rule_length, lr_start: LR tables.
-      node_parent, node_column, node_chunk: int32[Q, N + lanes], chunk_start: int32[Q, CH],
-        num_chunks: int32[Q]: the prefix tree of terminals to check from each lexer state
-        (see `ananke_jax._src.compile.outcome_trie`).
-      state_outcomes: int32[Q, P], the global id of each lexer state's outcomes;
-        outcome_terminals: int32[O, M], outcome_length: int32[O], their LR columns.
-      outcome_node: int32[Q, P], outcome_lookahead: int32[Q, P, L], outcome_free: bool[Q, P],
-        outcome_lexer: int32[Q, P]: each outcome's trie nodes and final lexer state.
-      complete_node: int32[Q, E], the trie nodes that complete the output at EOS.
-      set_members: int32[NS, Z], the outcomes (local to a lexer state) of each outcome set.
-      token_class: int32[logits_width]; class_set: int32[Q, C], each token's outcome set.
-      state_sets: int32[Q, NSq], the sets that occur from a lexer state (local set 0: empty).
-      mask_rows: uint32[R, W]; dense_row, dense_set: int32[Q, B]; sparse_token, sparse_set:
-        int32[Q, Z]: a lexer state's mask is its rows and tokens whose (local) sets are valid.
-      eos_mask: uint32[W], the EOS bits.
-      fallback_token: int32[], the first EOS id.
-      vocab_size, logits_width: static vocabulary sizes.
-      stack_depth, max_configs, lanes: static bounds D, K and the trie nodes checked at once.
-    """
-
-    lexer_start: jax.Array
-    action_kind: jax.Array
-    action_arg: jax.Array
-    goto: jax.Array
-    rule_lhs: jax.Array
-    rule_length: jax.Array
-    lr_start: jax.Array
-    node_parent: jax.Array
-    node_column: jax.Array
-    chunk_start: jax.Array
-    num_chunks: jax.Array
-    node_chunk: jax.Array
-    state_outcomes: jax.Array
-    outcome_terminals: jax.Array
-    outcome_length: jax.Array
-    outcome_node: jax.Array
-    outcome_lookahead: jax.Array
-    outcome_free: jax.Array
-    outcome_lexer: jax.Array
-    complete_node: jax.Array
-    set_members: jax.Array
-    token_class: jax.Array
-    class_set: jax.Array
-    state_sets: jax.Array
-    mask_rows: jax.Array
-    dense_row: jax.Array
-    dense_set: jax.Array
-    sparse_token: jax.Array
-    sparse_set: jax.Array
-    eos_mask: jax.Array
-    fallback_token: jax.Array
-    vocab_size: int
-    logits_width: int
-    stack_depth: int
-    max_configs: int
-    lanes: int
-
-    @property
-    def mask_words(self) -> int:
-        return self.eos_mask.shape[0]
-
-    @property
-    def table_bytes(self) -> int:
-        return table_bytes(self)
-
-    def init_state(self) -> PushdownState:
-        """The state before any token: one configuration, the LR start state on the stack."""
-        return _init_state(self)
-
-    def __repr__(self) -> str:
-        return (
-            f"PushdownGrammar(kind=pushdown, lexer_states={self.class_set.shape[0]}, "
-            f"lr_states={self.goto.shape[0]}, trie_nodes={self.node_parent.shape[1] - self.lanes}, "
-            f"outcome_sets={self.set_members.shape[0]}, stack_depth={self.stack_depth}, "
-            f"max_configs={self.max_configs}, vocab_size={self.vocab_size}, "
-            f"logits_width={self.logits_width}, table_bytes={self.table_bytes:,})"
-        )
-
-
-_META = ["vocab_size", "logits_width", "stack_depth", "max_configs", "lanes"]
-jax.tree_util.register_dataclass(
-    PushdownGrammar,
-    data_fields=[f.name for f in dataclasses.fields(PushdownGrammar) if f.name not in _META],
-    meta_fields=_META,
-)
-
-
-# --- LR simulations on device ---------------------------------------------------------------
 
 
 class LRActions(NamedTuple):
@@ -152,7 +24,7 @@ class LRActions(NamedTuple):
     goto: jax.Array  # int32[S, R]: the state pushed after reducing by each rule
 
 
-def lr_actions(cg: PushdownGrammar) -> LRActions:
+def lr_actions(cg) -> LRActions:
     """The LR tables of ``cg`` in the form `feed` reads them."""
     kind = cg.action_kind.astype(jnp.int32)
     popped = jnp.where(kind == REDUCE, cg.rule_length[cg.action_arg], 0)
@@ -240,7 +112,7 @@ def feed(lr: LRActions, stack, depth, terminals, length) -> _Parse:
     return _run(step, _fresh(stack, depth), length, terminals.shape[0] * (stack.shape[0] + 2))  # D + 2 actions a terminal
 
 
-def _walk_trie(cg: PushdownGrammar, lr: LRActions, stack, depth, lexer) -> _Parse:
+def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
     """Feed the terminals of lexer state ``lexer``'s trie to one configuration, a chunk of
     ``cg.lanes`` nodes at a time, each node one terminal after its parent. Chunks whose nodes'
     parents were all refused are skipped (their nodes stay refused).
@@ -287,7 +159,7 @@ def _walk_trie(cg: PushdownGrammar, lr: LRActions, stack, depth, lexer) -> _Pars
     return jax.lax.while_loop(lambda c: c[0] < chunks, run_chunk, (jnp.int32(0), nodes))[1]
 
 
-def _verdicts(cg: PushdownGrammar, lr: LRActions, stack, depth, lexer):
+def _verdicts(cg, lr: LRActions, stack, depth, lexer):
     """What one configuration allows: bool[P], its lexer state's outcomes that the stack takes
     (their terminals accepted, then one of their lookahead terminals, or none needed); bool[],
     whether the output is complete (EOS allowed); and bool[], whether an outcome was refused
@@ -307,7 +179,7 @@ def _verdicts(cg: PushdownGrammar, lr: LRActions, stack, depth, lexer):
     return valid, complete, blocked
 
 
-def with_verdicts(cg: PushdownGrammar, state: PushdownState, known) -> PushdownState:
+def with_verdicts(cg, state, known):
     """Fill in the verdicts of the live configurations not ``known`` (bool[K]: their verdicts
     are already in the state), one loop trip each."""
     lr, need = lr_actions(cg), state.live & ~known
@@ -322,20 +194,3 @@ def with_verdicts(cg: PushdownGrammar, state: PushdownState, known) -> PushdownS
     init = (jnp.int32(0), state.outcome_ok, state.complete, jnp.bool_(False))
     _, valid, complete, blocked = jax.lax.while_loop(lambda c: c[0] < need.sum(), body, init)
     return state._replace(outcome_ok=valid, complete=complete, overflow=state.overflow | blocked)
-
-
-@jax.jit  # tables as arguments: traced eagerly, they would be baked into the program as constants
-def _init_state(cg: PushdownGrammar) -> PushdownState:
-    """The state before any token: one configuration, the LR start state on the stack."""
-    k, d = cg.max_configs, cg.stack_depth
-    state = PushdownState(
-        stacks=jnp.zeros((k, d), jnp.int32).at[0, 0].set(cg.lr_start),
-        depth=jnp.zeros(k, jnp.int32).at[0].set(1),
-        lexer=jnp.zeros(k, jnp.int32).at[0].set(cg.lexer_start),
-        live=jnp.zeros(k, jnp.bool_).at[0].set(True),
-        outcome_ok=jnp.zeros((k, cg.outcome_node.shape[1]), jnp.bool_),
-        complete=jnp.zeros(k, jnp.bool_),
-        finished=jnp.bool_(False),
-        overflow=jnp.bool_(False),
-    )
-    return with_verdicts(cg, state, jnp.zeros(k, jnp.bool_))

@@ -1,0 +1,322 @@
+"""`PushdownGrammar`: the bounded-stack pushdown engine for context-free grammars, its device
+tables, its state and its step, in pure jax.
+
+Each parse configuration holds an LR stack and a lexer state. From a lexer state, every token
+has a precomputed set of outcomes (terminals completed, lexer state after). Which outcomes the
+stack allows is worked out once per configuration, when the configuration is made (in
+`_advance`, and for the initial state in `PushdownGrammar.init_state`), by the LR simulations
+of `ananke_jax._src.engines.lr`: the terminals of all outcomes of the lexer state, shared
+through a prefix tree, are fed to simulations on copies of the stack (one per trie node, the
+node's parse continuing its parent's). The state keeps the verdicts, so `_token_mask` only
+gathers: a token is allowed when one of its outcomes is valid in some configuration. All loops
+have static bounds or bounded trip counts; nothing branches on traced values in Python.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ananke_jax._src.engines.lr import LRActions, feed, lr_actions, with_verdicts
+from ananke_jax._src.engines.masks import is_allowed
+from ananke_jax._src.engines.protocol import Constraint
+
+
+class PushdownState(NamedTuple):
+    """The constraint state of one sequence under a context-free grammar (a `lax.scan` carry).
+
+    Up to K parse configurations are kept, one per way the output so far can be lexed.
+
+    Attributes:
+      stacks: int32[K, D], LR state stacks; entries at and above ``depth`` are junk.
+      depth: int32[K], stack heights.
+      lexer: int32[K], lexer states (the terminal being read).
+      live: bool[K], which configurations are in use.
+      outcome_ok: bool[K, P], which outcomes of its lexer state each configuration allows.
+      complete: bool[K], the output is complete in that configuration (EOS allowed).
+      finished: bool[], EOS was taken.
+      overflow: bool[], some continuation was refused or dropped for lack of stack depth or
+        configurations.
+    """
+
+    stacks: jax.Array
+    depth: jax.Array
+    lexer: jax.Array
+    live: jax.Array
+    outcome_ok: jax.Array
+    complete: jax.Array
+    finished: jax.Array
+    overflow: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class PushdownGrammar(Constraint):
+    """Token-level tables of a context-free grammar, held as device arrays (a pytree).
+
+    Attributes (Q lexer states, S LR states, T LR terminal columns with the end of
+    input last; per lexer state: N trie nodes, P outcomes, B dense rows, Z sparse tokens):
+      lexer_start: int32[], the lexer state right after a cut.
+      action_kind: int8[S, T]; action_arg, goto, rule_lhs, rule_length, lr_start: LR tables.
+      node_parent, node_column, node_chunk: int32[Q, N + lanes], chunk_start: int32[Q, CH],
+        num_chunks: int32[Q]: the prefix tree of terminals to check from each lexer state
+        (see `ananke_jax._src.compile.outcome_trie`).
+      state_outcomes: int32[Q, P], the global id of each lexer state's outcomes;
+        outcome_terminals: int32[O, M], outcome_length: int32[O], their LR columns.
+      outcome_node: int32[Q, P], outcome_lookahead: int32[Q, P, L], outcome_free: bool[Q, P],
+        outcome_lexer: int32[Q, P]: each outcome's trie nodes and final lexer state.
+      complete_node: int32[Q, E], the trie nodes that complete the output at EOS.
+      set_members: int32[NS, Z], the outcomes (local to a lexer state) of each outcome set.
+      token_class: int32[logits_width]; class_set: int32[Q, C], each token's outcome set.
+      state_sets: int32[Q, NSq], the sets that occur from a lexer state (local set 0: empty).
+      mask_rows: uint32[R, W]; dense_row, dense_set: int32[Q, B]; sparse_token, sparse_set:
+        int32[Q, Z]: a lexer state's mask is its rows and tokens whose (local) sets are valid.
+      eos_mask: uint32[W], the EOS bits.
+      fallback_token: int32[], the first EOS id.
+      vocab_size, logits_width: static vocabulary sizes.
+      stack_depth, max_configs, lanes: static bounds D, K and the trie nodes checked at once.
+    """
+
+    lexer_start: jax.Array
+    action_kind: jax.Array
+    action_arg: jax.Array
+    goto: jax.Array
+    rule_lhs: jax.Array
+    rule_length: jax.Array
+    lr_start: jax.Array
+    node_parent: jax.Array
+    node_column: jax.Array
+    chunk_start: jax.Array
+    num_chunks: jax.Array
+    node_chunk: jax.Array
+    state_outcomes: jax.Array
+    outcome_terminals: jax.Array
+    outcome_length: jax.Array
+    outcome_node: jax.Array
+    outcome_lookahead: jax.Array
+    outcome_free: jax.Array
+    outcome_lexer: jax.Array
+    complete_node: jax.Array
+    set_members: jax.Array
+    token_class: jax.Array
+    class_set: jax.Array
+    state_sets: jax.Array
+    mask_rows: jax.Array
+    dense_row: jax.Array
+    dense_set: jax.Array
+    sparse_token: jax.Array
+    sparse_set: jax.Array
+    eos_mask: jax.Array
+    fallback_token: jax.Array
+    vocab_size: int
+    logits_width: int
+    stack_depth: int
+    max_configs: int
+    lanes: int
+
+    def init_state(self) -> PushdownState:
+        """The state before any token: one configuration, the LR start state on the stack."""
+        return _init_state(self, self.lr_start, self.lexer_start)
+
+    def token_classes(self, lexer: jax.Array, token: jax.Array) -> jax.Array:
+        """int32[...]: the class of ``token`` (int32[]) for `class_set` rows ``lexer`` (int32[...])."""
+        return jnp.broadcast_to(self.token_class[jnp.clip(token, 0, self.logits_width - 1)], jnp.shape(lexer))
+
+    def token_mask(self, state: PushdownState) -> jax.Array:
+        return _token_mask(self, state)
+
+    def token_allowed(self, state: PushdownState, token: jax.Array) -> jax.Array:
+        """bool[]: whether the mask allows ``token``, from its outcomes alone."""
+        return _token_allowed(self, state, token)
+
+    def advance(self, state: PushdownState, token: jax.Array) -> PushdownState:
+        return _advance(self, state, token)
+
+    def accepts(self, state: PushdownState) -> jax.Array:
+        return _accepts(state)
+
+    def is_error(self, state: PushdownState) -> jax.Array:
+        return ~state.live.any()
+
+    def __repr__(self) -> str:
+        return (
+            f"PushdownGrammar(kind=pushdown, lexer_states={self.class_set.shape[0]}, "
+            f"lr_states={self.goto.shape[0]}, trie_nodes={self.node_parent.shape[1] - self.lanes}, "
+            f"outcome_sets={self.set_members.shape[0]}, stack_depth={self.stack_depth}, "
+            f"max_configs={self.max_configs}, vocab_size={self.vocab_size}, "
+            f"logits_width={self.logits_width}, table_bytes={self.table_bytes:,})"
+        )
+
+
+_META = ["vocab_size", "logits_width", "stack_depth", "max_configs", "lanes"]
+jax.tree_util.register_dataclass(
+    PushdownGrammar,
+    data_fields=[f.name for f in dataclasses.fields(PushdownGrammar) if f.name not in _META],
+    meta_fields=_META,
+)
+
+
+@jax.jit  # tables as arguments: traced eagerly, they would be baked into the program as constants
+def _init_state(cg: PushdownGrammar, lr_start, lexer_start) -> PushdownState:
+    """The state before any token: one configuration, LR state ``lr_start`` (int32[]) on the
+    stack and lexer state ``lexer_start`` (int32[])."""
+    k, d = cg.max_configs, cg.stack_depth
+    state = PushdownState(
+        stacks=jnp.zeros((k, d), jnp.int32).at[0, 0].set(lr_start),
+        depth=jnp.zeros(k, jnp.int32).at[0].set(1),
+        lexer=jnp.zeros(k, jnp.int32).at[0].set(lexer_start),
+        live=jnp.zeros(k, jnp.bool_).at[0].set(True),
+        outcome_ok=jnp.zeros((k, cg.outcome_node.shape[1]), jnp.bool_),
+        complete=jnp.zeros(k, jnp.bool_),
+        finished=jnp.bool_(False),
+        overflow=jnp.bool_(False),
+    )
+    return with_verdicts(cg, state, jnp.zeros(k, jnp.bool_))
+
+
+def _live_count(state: PushdownState) -> jax.Array:
+    """int32[]: one past the last live configuration (live ones come first)."""
+    k = state.live.shape[0]
+    return jnp.where(state.live.any(), k - jnp.argmax(state.live[::-1]), 0).astype(jnp.int32)
+
+
+def _set_valid(cg: PushdownGrammar, valid, sets):
+    """bool[...]: outcome sets (global ids ``sets``) that hold a valid outcome."""
+    members = cg.set_members[sets]
+    return ((members >= 0) & valid[jnp.maximum(members, 0)]).any(axis=-1)
+
+
+def _config_tokens(cg: PushdownGrammar, valid, lexer):
+    """uint32[W]: the tokens one configuration allows (EOS excluded), from its verdicts."""
+    set_on = _set_valid(cg, valid, cg.state_sets[lexer])
+    rows = cg.mask_rows[cg.dense_row[lexer]]
+    # The parts hold disjoint tokens, so adding them is OR-ing them.
+    words = jnp.where(set_on[cg.dense_set[lexer]][:, None], rows, jnp.uint32(0)).sum(axis=0, dtype=jnp.uint32)
+    token = cg.sparse_token[lexer]
+    bits = jnp.where(set_on[cg.sparse_set[lexer]], jnp.left_shift(jnp.uint32(1), (token & 31).astype(jnp.uint32)), jnp.uint32(0))
+    return words.at[token >> 5].add(bits)
+
+
+def _accepts(state: PushdownState) -> jax.Array:
+    """bool[]: the output is complete (EOS allowed now)."""
+    return state.finished | (state.live & state.complete).any()
+
+
+def _token_mask(cg: PushdownGrammar, state: PushdownState) -> jax.Array:
+    """uint32[W]: the allowed tokens, EOS included exactly when the output is complete.
+
+    The first configuration is done outside the loop (a loop trip costs more than its work),
+    then one trip per further configuration up to the last live one (usually none)."""
+
+    def config_tokens(i):
+        return _config_tokens(cg, state.outcome_ok[i] & state.live[i], state.lexer[i])
+
+    body = lambda carry: (carry[0] + 1, carry[1] | config_tokens(carry[0]))
+    tokens = jax.lax.while_loop(lambda c: c[0] < _live_count(state), body, (jnp.int32(1), config_tokens(0)))[1]
+    eos = jnp.where(_accepts(state), cg.eos_mask, jnp.uint32(0))
+    return jnp.where(state.finished, jnp.uint32(0), tokens) | eos
+
+
+def _token_outcomes(cg: PushdownGrammar, state: PushdownState, token):
+    """The outcomes of ``token`` from each configuration: int32[K, Z], local to its lexer state
+    (-1 padding), and bool[K, Z], which of them the configuration's verdicts allow."""
+    local = cg.set_members[cg.class_set[state.lexer, cg.token_classes(state.lexer, token)]]
+    return local, (local >= 0) & jnp.take_along_axis(state.outcome_ok, jnp.maximum(local, 0), axis=1)
+
+
+def _token_allowed(cg: PushdownGrammar, state: PushdownState, token) -> jax.Array:
+    """bool[]: whether `_token_mask` allows ``token`` (int32[]), without building the mask."""
+    token = jnp.asarray(token, jnp.int32)
+    safe = jnp.clip(token, 0, cg.logits_width - 1)
+    _, valid = _token_outcomes(cg, state, token)
+    taken = (valid.any(axis=1) & state.live).any() & ~state.finished
+    in_range = (token >= 0) & (token < cg.logits_width)
+    return in_range & jnp.where(is_allowed(cg.eos_mask, safe), _accepts(state), taken)
+
+
+class _Configs(NamedTuple):
+    """Parse configurations under construction (the fields of `PushdownState` that make one)."""
+
+    stacks: jax.Array  # int32[N, D]
+    depth: jax.Array  # int32[N]
+    lexer: jax.Array  # int32[N]
+
+
+def _same(a: _Configs, b: _Configs) -> jax.Array:
+    """bool[A, B]: which configurations of ``a`` equal which of ``b`` (stack entries at and above
+    the depth are junk)."""
+    below = jnp.arange(a.stacks.shape[1])[None, :] < a.depth[:, None]
+    equal_stacks = ((a.stacks[:, None, :] == b.stacks[None, :, :]) | ~below[:, None, :]).all(axis=2)
+    return (a.lexer[:, None] == b.lexer[None, :]) & (a.depth[:, None] == b.depth[None, :]) & equal_stacks
+
+
+def _follow(cg: PushdownGrammar, lr: LRActions, state: PushdownState, config, local) -> _Configs:
+    """The configuration that configuration ``config`` makes by following its outcome ``local``."""
+    stack, depth, lexer = state.stacks[config], state.depth[config], state.lexer[config]
+    outcome = cg.state_outcomes[lexer, local]
+    p = feed(lr, stack, depth, cg.outcome_terminals[outcome], cg.outcome_length[outcome])
+    return _Configs(p.stack, p.height, cg.outcome_lexer[lexer, local])
+
+
+def _advance(cg: PushdownGrammar, state: PushdownState, token) -> PushdownState:
+    """The state after ``token`` (int32[]): every configuration follows every valid outcome of the
+    token; the survivors (deduplicated, at most K, in order) form the new state.
+
+    The valid (configuration, outcome) pairs are gathered first and followed K at a time, so a
+    step costs what its valid pairs cost, not K times the largest outcome set; the usual single
+    pair skips the deduplication.
+    """
+    token = jnp.asarray(token, jnp.int32)
+    is_eos = is_allowed(cg.eos_mask, token)
+    in_range = (token >= 0) & (token < cg.logits_width)
+    lr, k = lr_actions(cg), cg.max_configs
+    local, valid = _token_outcomes(cg, state, token)
+    z = local.shape[1]
+    valid = (valid & state.live[:, None] & in_range & ~is_eos & ~state.finished).reshape(-1)
+    pairs = jnp.argsort(~valid, stable=True)  # the valid pairs first, in (configuration, outcome) order
+    count = valid.sum()
+
+    follow = lambda pair: _follow(cg, lr, state, pair // z, jnp.maximum(local.reshape(-1)[pair], 0))
+    empty = _Configs(jnp.zeros_like(state.stacks), jnp.zeros_like(state.depth), jnp.zeros_like(state.lexer))
+
+    def one_pair():
+        """The usual step: one valid pair makes the only configuration."""
+        kept = jax.tree_util.tree_map(lambda e, x: e.at[0].set(x), empty, follow(pairs[0]))
+        return kept, jnp.arange(k) == 0, state.overflow
+
+    def round_(carry):
+        r, kept, live, overflow = carry
+        slot = jax.lax.dynamic_slice(pairs, (r * k,), (k,))
+        real = r * k + jnp.arange(k) < count
+        made = jax.vmap(follow)(slot)
+        earlier = jnp.tril(jnp.ones((k, k), jnp.bool_), k=-1)
+        fresh = real & ~(_same(made, kept) & live[None, :]).any(axis=1) & ~(_same(made, made) & earlier & real[None, :]).any(axis=1)
+        position = jnp.where(fresh, live.sum() + jnp.cumsum(fresh) - 1, k)
+        kept = jax.tree_util.tree_map(lambda a, b: a.at[position].set(b, mode="drop"), kept, made)
+        return r + 1, kept, live.at[position].set(True, mode="drop"), overflow | (fresh & (position >= k)).any()
+
+    def rounds():
+        """Any other number of pairs (none for EOS or a forbidden token): K a round, deduplicated."""
+        init = (jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow)
+        return jax.lax.while_loop(lambda c: c[0] * k < count, round_, init)[1:]
+
+    kept, live, overflow = jax.lax.cond(count == 1, one_pair, rounds)
+    # A configuration the state already had keeps its verdicts: they depend on it alone.
+    match = _same(kept, _Configs(state.stacks, state.depth, state.lexer)) & live[:, None] & state.live[None, :]
+    known, source = match.any(axis=1), jnp.argmax(match, axis=1)
+    stepped = state._replace(
+        stacks=kept.stacks,
+        depth=kept.depth,
+        lexer=kept.lexer,
+        live=live,
+        outcome_ok=known[:, None] & state.outcome_ok[source],
+        complete=known & state.complete[source],
+        overflow=overflow,
+    )
+    # EOS: the configurations stay, marked finished when the output is complete, else they die.
+    complete = _accepts(state)
+    ended = state._replace(finished=complete, live=state.live & complete)
+    # Only the new configurations of a step that is not EOS need verdicts.
+    return jax.lax.cond(is_eos, lambda: ended, lambda: with_verdicts(cg, stepped, known))
