@@ -81,7 +81,7 @@ def _axis_sizes(cg: PushdownGrammar) -> dict[str, int]:
     return sizes
 
 
-def _trie_parents(cg: PushdownGrammar) -> list[np.ndarray]:
+def trie_parents(cg: PushdownGrammar) -> list[np.ndarray]:
     """Each lexer state's trie nodes' parents. The last node (breadth first) is a leaf, and every
     leaf ends an outcome, a lookahead or a completion, so the highest node they name counts them."""
     named = np.concatenate(
@@ -103,7 +103,7 @@ def _pad_cfgs(grammars: Sequence[PushdownGrammar]) -> list[PushdownGrammar]:
     each = [_axis_sizes(g) for g in grammars]
     sizes = {axis: max(s[axis] for s in each) for axis in each[0]}
     bounds = {name: max(getattr(g, name) for g in grammars) for name in ("stack_depth", "max_configs", "lanes")}
-    parents = [_trie_parents(g) for g in grammars]
+    parents = [trie_parents(g) for g in grammars]
     nodes = max(len(p) for ps in parents for p in ps) + bounds["lanes"]
     layouts = [chunk_layout(ps, bounds["lanes"], nodes) for ps in parents]
     chunks = max(start.shape[1] for start, _, _ in layouts)

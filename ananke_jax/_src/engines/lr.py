@@ -18,17 +18,20 @@ ERROR, SHIFT, REDUCE, ACCEPT = 0, 1, 2, 3  # the kinds of LR action in `Pushdown
 
 
 class LRActions(NamedTuple):
-    """The LR tables in the form one parser action reads them (derived once per step)."""
+    """The LR tables in the form one parser action reads them (see `PushdownGrammar.lr_actions`)."""
 
-    action: jax.Array  # int32[S, T]: argument << 12 | states popped << 2 | kind
-    goto: jax.Array  # int32[S, R]: the state pushed after reducing by each rule
+    action: jax.Array  # int32[S, T]: argument << 12 | states popped << 2 | kind (a reduction's argument: its rule's lhs)
+    goto: jax.Array  # int32[S, G]: the state pushed after reducing to each nonterminal
 
 
-def lr_actions(cg) -> LRActions:
-    """The LR tables of ``cg`` in the form `feed` reads them."""
-    kind = cg.action_kind.astype(jnp.int32)
-    popped = jnp.where(kind == REDUCE, cg.rule_length[cg.action_arg], 0)
-    return LRActions(jnp.left_shift(cg.action_arg, 12) | jnp.left_shift(popped, 2) | kind, cg.goto[:, cg.rule_lhs])
+def pack_actions(action_kind, action_arg, rule_lhs, rule_length) -> jax.Array:
+    """int32[S, T]: `LRActions.action` from the LR tables (a shift's argument is its state, a
+    reduction's its rule)."""
+    kind = action_kind.astype(jnp.int32)
+    reduce = kind == REDUCE
+    arg = jnp.where(reduce, rule_lhs[action_arg], action_arg)
+    popped = jnp.where(reduce, rule_length[action_arg], 0)
+    return jnp.left_shift(arg, 12) | jnp.left_shift(popped, 2) | kind
 
 
 _OK, _OVERFLOW = 1, 2  # the flag bits of a packed `_Parse`
@@ -182,7 +185,7 @@ def _verdicts(cg, lr: LRActions, stack, depth, lexer):
 def with_verdicts(cg, state, known):
     """Fill in the verdicts of the live configurations not ``known`` (bool[K]: their verdicts
     are already in the state), one loop trip each."""
-    lr, need = lr_actions(cg), state.live & ~known
+    lr, need = cg.lr_actions(), state.live & ~known
     order = jnp.argsort(~need, stable=True)  # the configurations to compute first
 
     def body(carry):

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ananke_jax._src.engines.lr import LRActions, feed, lr_actions, with_verdicts
+from ananke_jax._src.engines.lr import LRActions, feed, pack_actions, with_verdicts
 from ananke_jax._src.engines.masks import is_allowed
 from ananke_jax._src.engines.protocol import Constraint
 
@@ -118,24 +118,28 @@ class PushdownGrammar(Constraint):
 
     def init_state(self) -> PushdownState:
         """The state before any token: one configuration, the LR start state on the stack."""
-        return _init_state(self, self.lr_start, self.lexer_start)
+        return pushdown_init(self, self.lr_start, self.lexer_start)
+
+    def lr_actions(self) -> LRActions:
+        """The LR tables in the form the simulations read them (derived once per step)."""
+        return LRActions(pack_actions(self.action_kind, self.action_arg, self.rule_lhs, self.rule_length), self.goto)
 
     def token_classes(self, lexer: jax.Array, token: jax.Array) -> jax.Array:
         """int32[...]: the class of ``token`` (int32[]) for `class_set` rows ``lexer`` (int32[...])."""
         return jnp.broadcast_to(self.token_class[jnp.clip(token, 0, self.logits_width - 1)], jnp.shape(lexer))
 
     def token_mask(self, state: PushdownState) -> jax.Array:
-        return _token_mask(self, state)
+        return pushdown_mask(self, state)
 
     def token_allowed(self, state: PushdownState, token: jax.Array) -> jax.Array:
         """bool[]: whether the mask allows ``token``, from its outcomes alone."""
-        return _token_allowed(self, state, token)
+        return pushdown_allowed(self, state, token)
 
     def advance(self, state: PushdownState, token: jax.Array) -> PushdownState:
-        return _advance(self, state, token)
+        return pushdown_advance(self, state, token)
 
     def accepts(self, state: PushdownState) -> jax.Array:
-        return _accepts(state)
+        return pushdown_accepts(state)
 
     def is_error(self, state: PushdownState) -> jax.Array:
         return ~state.live.any()
@@ -159,7 +163,7 @@ jax.tree_util.register_dataclass(
 
 
 @jax.jit  # tables as arguments: traced eagerly, they would be baked into the program as constants
-def _init_state(cg: PushdownGrammar, lr_start, lexer_start) -> PushdownState:
+def pushdown_init(cg: PushdownGrammar, lr_start, lexer_start) -> PushdownState:
     """The state before any token: one configuration, LR state ``lr_start`` (int32[]) on the
     stack and lexer state ``lexer_start`` (int32[])."""
     k, d = cg.max_configs, cg.stack_depth
@@ -199,12 +203,12 @@ def _config_tokens(cg: PushdownGrammar, valid, lexer):
     return words.at[token >> 5].add(bits)
 
 
-def _accepts(state: PushdownState) -> jax.Array:
+def pushdown_accepts(state: PushdownState) -> jax.Array:
     """bool[]: the output is complete (EOS allowed now)."""
     return state.finished | (state.live & state.complete).any()
 
 
-def _token_mask(cg: PushdownGrammar, state: PushdownState) -> jax.Array:
+def pushdown_mask(cg: PushdownGrammar, state: PushdownState) -> jax.Array:
     """uint32[W]: the allowed tokens, EOS included exactly when the output is complete.
 
     The first configuration is done outside the loop (a loop trip costs more than its work),
@@ -215,7 +219,7 @@ def _token_mask(cg: PushdownGrammar, state: PushdownState) -> jax.Array:
 
     body = lambda carry: (carry[0] + 1, carry[1] | config_tokens(carry[0]))
     tokens = jax.lax.while_loop(lambda c: c[0] < _live_count(state), body, (jnp.int32(1), config_tokens(0)))[1]
-    eos = jnp.where(_accepts(state), cg.eos_mask, jnp.uint32(0))
+    eos = jnp.where(pushdown_accepts(state), cg.eos_mask, jnp.uint32(0))
     return jnp.where(state.finished, jnp.uint32(0), tokens) | eos
 
 
@@ -226,14 +230,14 @@ def _token_outcomes(cg: PushdownGrammar, state: PushdownState, token):
     return local, (local >= 0) & jnp.take_along_axis(state.outcome_ok, jnp.maximum(local, 0), axis=1)
 
 
-def _token_allowed(cg: PushdownGrammar, state: PushdownState, token) -> jax.Array:
+def pushdown_allowed(cg: PushdownGrammar, state: PushdownState, token) -> jax.Array:
     """bool[]: whether `_token_mask` allows ``token`` (int32[]), without building the mask."""
     token = jnp.asarray(token, jnp.int32)
     safe = jnp.clip(token, 0, cg.logits_width - 1)
     _, valid = _token_outcomes(cg, state, token)
     taken = (valid.any(axis=1) & state.live).any() & ~state.finished
     in_range = (token >= 0) & (token < cg.logits_width)
-    return in_range & jnp.where(is_allowed(cg.eos_mask, safe), _accepts(state), taken)
+    return in_range & jnp.where(is_allowed(cg.eos_mask, safe), pushdown_accepts(state), taken)
 
 
 class _Configs(NamedTuple):
@@ -260,7 +264,7 @@ def _follow(cg: PushdownGrammar, lr: LRActions, state: PushdownState, config, lo
     return _Configs(p.stack, p.height, cg.outcome_lexer[lexer, local])
 
 
-def _advance(cg: PushdownGrammar, state: PushdownState, token) -> PushdownState:
+def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> PushdownState:
     """The state after ``token`` (int32[]): every configuration follows every valid outcome of the
     token; the survivors (deduplicated, at most K, in order) form the new state.
 
@@ -271,7 +275,7 @@ def _advance(cg: PushdownGrammar, state: PushdownState, token) -> PushdownState:
     token = jnp.asarray(token, jnp.int32)
     is_eos = is_allowed(cg.eos_mask, token)
     in_range = (token >= 0) & (token < cg.logits_width)
-    lr, k = lr_actions(cg), cg.max_configs
+    lr, k = cg.lr_actions(), cg.max_configs
     local, valid = _token_outcomes(cg, state, token)
     z = local.shape[1]
     valid = (valid & state.live[:, None] & in_range & ~is_eos & ~state.finished).reshape(-1)
@@ -316,7 +320,7 @@ def _advance(cg: PushdownGrammar, state: PushdownState, token) -> PushdownState:
         overflow=overflow,
     )
     # EOS: the configurations stay, marked finished when the output is complete, else they die.
-    complete = _accepts(state)
+    complete = pushdown_accepts(state)
     ended = state._replace(finished=complete, live=state.live & complete)
     # Only the new configurations of a step that is not EOS need verdicts.
     return jax.lax.cond(is_eos, lambda: ended, lambda: with_verdicts(cg, stepped, known))

@@ -254,4 +254,5 @@ def make_step_fn(config: LlamaConfig) -> Callable[..., tuple[jax.Array, tuple[KV
         dtype = params["embed"]["embedding"].dtype
         return Llama(config, dtype).apply({"params": params}, tokens, positions, cache)
 
+    step_fn.init_cache = functools.partial(init_cache, config)  # (batch, max_len) -> cache, for serving.Engine
     return step_fn

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -121,3 +123,51 @@ def apply_repetition_penalty(logits: jax.Array, history: jax.Array, penalty: flo
     seen = jnp.zeros(logits.shape, jnp.bool_).at[jnp.where(valid, history, logits.shape[-1])].set(True, mode="drop")
     penalised = jnp.where(logits > 0, logits / penalty, logits * penalty)
     return jnp.where(seen, penalised, logits)
+
+
+class SamplingRows(NamedTuple):
+    """`SamplingParams` of a batch of rows as arrays (per-row, traced: one program for every
+    mix), for `sample_rows`: temperature, top_p, min_p float32[B]; top_k int32[B]."""
+
+    temperature: jax.Array
+    top_k: jax.Array
+    top_p: jax.Array
+    min_p: jax.Array
+
+    @classmethod
+    def of(cls, params: Sequence[SamplingParams]) -> SamplingRows:
+        """The rows of ``params`` (the repetition penalty is not taken per row)."""
+        if any(p.repetition_penalty != 1.0 for p in params):
+            raise ValueError("per-row sampling takes temperature, top_k, top_p and min_p; repetition_penalty must be 1")
+        column = lambda name, dtype: jnp.asarray([getattr(p, name) for p in params], dtype)
+        return cls(
+            column("temperature", jnp.float32), column("top_k", jnp.int32), column("top_p", jnp.float32), column("min_p", jnp.float32)
+        )
+
+
+def sample_rows(logits: jax.Array, keys: jax.Array, rows: SamplingRows, fallback_token: jax.Array | int = 0) -> jax.Array:
+    """int32[B]: one token per row of ``logits`` (float[B, V], -inf never drawn), each with its
+    own `SamplingRows` entry and key (``keys``: B PRNG keys). As `sample` with the same
+    parameters; the sort that top-k and top-p need runs only when some row asks for one."""
+    logits = logits.astype(jnp.float32)
+    greedy = rows.temperature == 0
+    scaled = logits / jnp.where(greedy, 1.0, rows.temperature)[:, None]
+
+    def threshold():
+        """float32[B]: the smallest logit top-k and top-p keep in each row."""
+        ordered = -jnp.sort(-scaled, axis=-1)
+        rank = jnp.arange(ordered.shape[-1])[None, :]
+        in_top_k = (rows.top_k[:, None] == 0) | (rank < rows.top_k[:, None])
+        probs = jax.nn.softmax(jnp.where(in_top_k, ordered, -jnp.inf), axis=-1)
+        before = jnp.cumsum(probs, axis=-1) - probs  # top-p over what top-k keeps, as in `sample`
+        keep = jnp.sum(in_top_k & (before < rows.top_p[:, None]), axis=-1)
+        return jnp.take_along_axis(ordered, jnp.maximum(keep - 1, 0)[:, None], axis=-1)[:, 0]
+
+    filtered = (rows.top_k > 0) | (rows.top_p < 1.0)
+    floor = jax.lax.cond((filtered & ~greedy).any(), threshold, lambda: jnp.full(logits.shape[0], -jnp.inf))
+    floor = jnp.where(filtered, floor, -jnp.inf)
+    floor = jnp.maximum(floor, jnp.where(rows.min_p > 0, scaled.max(axis=-1) + jnp.log(jnp.maximum(rows.min_p, 1e-30)), -jnp.inf))
+    kept = jnp.where(greedy[:, None] | (scaled >= floor[:, None]), scaled, -jnp.inf)
+    noise = jax.vmap(lambda key: jax.random.gumbel(key, logits.shape[-1:], jnp.float32))(keys)
+    token = jnp.argmax(jnp.where(greedy[:, None], kept, kept + noise), axis=-1)
+    return jnp.where(kept.max(axis=-1) > -jnp.inf, token, fallback_token).astype(jnp.int32)

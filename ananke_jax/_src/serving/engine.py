@@ -1,0 +1,340 @@
+"""`Engine`: continuous batching of constrained requests over a model's step function.
+
+Each of ``slots`` rows holds one request: its KV cache row, its last logits, its constraint
+state on the pool (`PoolTables`) and its sampling parameters, all device arrays of fixed shape.
+A step masks, samples and advances every slot and runs the model once; a new request is
+prefilled into a free slot (prompt lengths bucketed) while the others keep their state. After
+warm-up nothing compiles: grammars are pool writes, prompts fall into buckets, sampling
+parameters and handles are arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ananke_jax._src.engines.masks import apply_mask
+from ananke_jax._src.engines.pooled import PooledState, PoolTables
+from ananke_jax._src.generate import CONSTRAINT_ERROR, EOS, FINISH_REASONS, GRAMMAR_COMPLETE, LENGTH, RUNNING, cache_length
+from ananke_jax._src.runtime.sampling import SamplingParams, SamplingRows, sample_rows
+from ananke_jax._src.serving.pool import GrammarPool, Handle, PoolCapacityError
+
+
+class Event(NamedTuple):
+    """What one request did in one `Engine.step`: ``tokens`` (new ids), and once ``finished``
+    its ``finish_reason`` (one of `ananke_jax.FINISH_REASONS`)."""
+
+    request_id: int
+    tokens: list[int]
+    finished: bool
+    finish_reason: str | None = None
+
+
+class CompileCounter:
+    """XLA backend compilations in this process, from `jax.monitoring` duration events."""
+
+    EVENT = "/jax/core/compile/backend_compile_duration"
+    count = 0
+    _installed = False
+
+    @classmethod
+    def install(cls) -> None:
+        if not cls._installed:
+            jax.monitoring.register_event_duration_secs_listener(cls._listen)
+            cls._installed = True
+
+    @classmethod
+    def _listen(cls, event: str, duration: float, **kwargs) -> None:
+        if event == cls.EVENT:
+            cls.count += 1
+
+
+class _Slots(NamedTuple):
+    """The device state of every slot (arrays with the slot axis first)."""
+
+    cache: Any
+    logits: jax.Array  # float32[S, V], the logits the next token is drawn from
+    states: PooledState
+    position: jax.Array  # int32[S], where the next token goes in the cache
+    generated: jax.Array  # int32[S]
+    budget: jax.Array  # int32[S], max_new_tokens
+    active: jax.Array  # bool[S]
+    sampling: SamplingRows
+    keys: jax.Array  # uint32[S, 2] raw PRNG keys
+
+
+@dataclasses.dataclass
+class _Request:
+    id: int
+    prompt: np.ndarray
+    constraint: Any
+    handle: Handle | None
+    max_new_tokens: int
+    sampling: SamplingParams
+    seed: int
+
+
+def _rows(flags, x):
+    return flags.reshape(flags.shape + (1,) * (x.ndim - 1))
+
+
+class Engine:
+    """Continuous batching with every slot's constraint on the device.
+
+    Args:
+      step_fn: the model, ``(params, cache, tokens, positions) -> (logits, cache)`` as for
+        `ananke_jax.generate` (batch, then position, leading every cache leaf).
+      params: its parameters.
+      vocab: the `Vocabulary` constraints are compiled for.
+      slots: requests decoded at once (S).
+      max_len: cache positions per slot: prompt plus generated tokens.
+      init_cache: ``(batch, max_len) -> cache``; default ``step_fn.init_cache`` (set by
+        `ananke_jax.models.make_step_fn`).
+      pool: the `GrammarPool` (default: a new one of the ``"default"`` capacity).
+      prefill_buckets: prompt lengths compiled for prefill (a prompt is padded to the next).
+      steps_per_call: decode steps run per `step` call (one device loop, no host round trip).
+      mesh: a `jax.sharding.Mesh`: slots are sharded over its first axis, tables replicated.
+    """
+
+    def __init__(
+        self,
+        step_fn: Callable,
+        params: Any,
+        vocab,
+        slots: int = 8,
+        max_len: int = 512,
+        *,
+        init_cache: Callable | None = None,
+        pool: GrammarPool | None = None,
+        prefill_buckets: Sequence[int] | None = None,
+        steps_per_call: int = 1,
+        mesh=None,
+    ):
+        CompileCounter.install()
+        self._start_count = CompileCounter.count
+        init_cache = init_cache or getattr(step_fn, "init_cache", None)
+        if init_cache is None:
+            raise ValueError("pass init_cache=(batch, max_len) -> cache, or a step_fn from ananke_jax.models.make_step_fn")
+        self.vocab, self.slots, self.max_len, self.steps_per_call = vocab, slots, max_len, steps_per_call
+        self.pool = pool or GrammarPool(len(vocab), vocab.logits_width, vocab.eos_token_ids)
+        self.buckets = tuple(sorted(prefill_buckets or [b for b in (16, 32, 64, 128, 256, 512, 1024, 2048) if b < max_len] + [max_len]))
+        self._eos = np.asarray(vocab.eos_token_ids, np.int32)
+        cache = init_cache(slots, max_len)
+        if cache_length(cache) != max_len:
+            raise ValueError(f"init_cache made a cache of {cache_length(cache)} positions, not max_len={max_len}")
+        width = vocab.logits_width
+        tables = self.pool.tables
+        self._slots = _Slots(
+            cache=cache,
+            logits=jnp.zeros((slots, width), jnp.float32),
+            states=tables.batch_start(jnp.full(slots, -1, jnp.int32)),
+            position=jnp.full(slots, max_len, jnp.int32),
+            generated=jnp.zeros(slots, jnp.int32),
+            budget=jnp.zeros(slots, jnp.int32),
+            active=jnp.zeros(slots, bool),
+            sampling=SamplingRows.of([SamplingParams()] * slots),
+            keys=jnp.zeros((slots, 2), jnp.uint32),
+        )
+        self._decode, self._prefill = _compiled(step_fn, self._eos, steps_per_call, mesh, self._slots)
+        self._params = params if mesh is None else jax.device_put(params, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+        if mesh is not None:
+            self._slots = jax.device_put(self._slots, _slot_sharding(mesh, self._slots))
+        self._queue: deque[_Request] = deque()
+        self._running: dict[int, _Request] = {}  # slot -> request
+        self._ids = itertools.count()
+        self._done: list[Event] = []
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Compile prefill for every bucket and the decode step, on an unconstrained dummy request
+        in slot 0 (left inactive), so that serving compiles nothing."""
+        for bucket in self.buckets:
+            self._start(0, _Request(-1, np.zeros(min(bucket, self.max_len - 1), np.int32), None, None, 1, SamplingParams(), 0))
+        self._running.clear()
+        self._slots = self._slots._replace(active=self._slots.active & False)
+        self._slots = self._decode(self._params, self.pool.tables, self._slots)[0]
+
+    @property
+    def compilations(self) -> int:
+        """XLA backend compilations in this process since the engine was made."""
+        return CompileCounter.count - self._start_count
+
+    def submit(
+        self,
+        prompt_tokens: Sequence[int],
+        constraint=None,
+        max_new_tokens: int = 256,
+        sampling: SamplingParams = SamplingParams(),
+        seed: int = 0,
+    ) -> int:
+        """Queue a request; returns its id. ``constraint``: a compiled grammar (admitted to the
+        pool now, removed when the request ends), a `Handle` of the engine's pool, or None.
+
+        Raises:
+          ValueError: an empty or too long prompt, ``max_new_tokens`` beyond the cache, a
+            removed handle, a constraint for another vocabulary, bad sampling parameters.
+          PoolCapacityError: a grammar too large for the pool's capacity (``permanent``); one
+            that only lacks free space waits in the queue.
+        """
+        prompt = np.asarray(prompt_tokens, np.int32).reshape(-1)
+        if not 1 <= len(prompt) <= self.buckets[-1] or len(prompt) >= self.max_len:
+            raise ValueError(f"the prompt has {len(prompt)} tokens; a slot holds prompts of 1 to {min(self.buckets[-1], self.max_len - 1)}")
+        if not 1 <= max_new_tokens <= self.max_len - len(prompt):
+            raise ValueError(
+                f"max_new_tokens={max_new_tokens} does not fit: the slot's cache holds {self.max_len} positions "
+                f"and the prompt takes {len(prompt)}, leaving {self.max_len - len(prompt)}"
+            )
+        SamplingRows.of([sampling])  # refuse what per-row sampling cannot do now, not at admission
+        handle = None
+        if isinstance(constraint, Handle):
+            self.pool.check(constraint)
+            handle = constraint
+        elif constraint is not None:
+            handle = self._admit(constraint, waiting_ok=True)
+        request = _Request(next(self._ids), prompt, constraint, handle, max_new_tokens, sampling, seed)
+        self._queue.append(request)
+        return request.id
+
+    def _admit(self, constraint, waiting_ok: bool) -> Handle | None:
+        try:
+            return self.pool.add(constraint)
+        except PoolCapacityError as e:
+            if e.permanent or not waiting_ok:
+                raise
+            return None  # admitted when space frees
+
+    def has_work(self) -> bool:
+        return bool(self._queue or self._running or self._done)
+
+    def step(self) -> list[Event]:
+        """Admit queued requests to free slots, then decode ``steps_per_call`` tokens in every
+        running slot. Returns one `Event` per request that produced tokens or finished."""
+        self._fill_slots()
+        events, self._done = self._done, []
+        if not self._running:
+            return events
+        self._slots, tokens, reasons = self._decode(self._params, self.pool.tables, self._slots)
+        tokens, reasons = np.asarray(tokens), np.asarray(reasons)  # [n, S]
+        for slot, request in list(self._running.items()):
+            emitted = [int(t) for t, r in zip(tokens[:, slot], reasons[:, slot]) if t >= 0]
+            ended = [int(r) for r in reasons[:, slot] if r != RUNNING]
+            if ended:
+                self._release(slot)
+            if emitted or ended:
+                events.append(Event(request.id, emitted, bool(ended), FINISH_REASONS[ended[0]] if ended else None))
+        return events
+
+    def _release(self, slot: int) -> None:
+        request = self._running.pop(slot)
+        if request.handle is not None and not isinstance(request.constraint, Handle):
+            self.pool.remove(request.handle)
+
+    def _fill_slots(self) -> None:
+        free = [s for s in range(self.slots) if s not in self._running]
+        waiting = len(self._queue)
+        for _ in range(waiting):
+            if not free:
+                break
+            request = self._queue.popleft()
+            if request.constraint is not None and request.handle is None:
+                request.handle = self._admit(request.constraint, waiting_ok=True)
+                if request.handle is None:
+                    self._queue.append(request)  # still no room in the pool
+                    continue
+            self._start(free.pop(0), request)
+
+    def _start(self, slot: int, request: _Request) -> None:
+        bucket = next(b for b in self.buckets if b >= len(request.prompt))
+        tokens = np.zeros((1, bucket), np.int32)
+        tokens[0, : len(request.prompt)] = request.prompt
+        handle = -1 if request.handle is None else request.handle.index
+        row = (
+            jnp.asarray(tokens),
+            jnp.int32(len(request.prompt)),
+            jnp.int32(slot),
+            jnp.int32(request.max_new_tokens),
+            SamplingRows.of([request.sampling]),
+            jax.random.key_data(jax.random.key(request.seed)),
+        )
+        start = _start_state(self.pool.tables, jnp.int32(handle))
+        self._slots = self._prefill(self._params, self._slots, start, *row)
+        self._running[slot] = request
+
+
+_start_state = jax.jit(PoolTables.start)
+
+
+def _slot_sharding(mesh, slots: _Slots):
+    axis = mesh.axis_names[0]
+    spec = lambda x: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis) if x.ndim else jax.sharding.PartitionSpec())
+    return jax.tree_util.tree_map(spec, slots)
+
+
+def _compiled(step_fn, eos: np.ndarray, steps: int, mesh, slots: _Slots):
+    """The jitted decode (``steps`` tokens per slot) and prefill (one slot) functions; with a
+    mesh, slot arrays stay sharded over its first axis."""
+    eos_ids = jnp.asarray(eos)
+
+    def decode_once(params, tables: PoolTables, s: _Slots):
+        masks = tables.batch_token_mask(s.states)
+        keys = jax.vmap(lambda raw, n: jax.random.fold_in(jax.random.wrap_key_data(raw), n))(s.keys, s.generated)
+        token = sample_rows(apply_mask(s.logits, masks), keys, s.sampling, eos_ids[0])
+        is_eos = (token[:, None] == eos_ids[None, :]).any(axis=1)
+        constrained = tables.kind(s.states.handle) != 0
+        eos_bits = (
+            jnp.zeros(masks.shape[1], jnp.uint32).at[eos_ids >> 5].add(jnp.left_shift(jnp.uint32(1), (eos_ids & 31).astype(jnp.uint32)))
+        )
+        empty = constrained & ~masks.any(axis=1)
+        only_eos = constrained & ~empty & ~(masks & ~eos_bits).any(axis=1)
+        reason = jnp.select([empty, only_eos, is_eos], [CONSTRAINT_ERROR, GRAMMAR_COMPLETE, EOS], RUNNING)
+        emits = s.active & (reason == RUNNING)
+        reason = jnp.where(emits & (s.generated + 1 >= s.budget), LENGTH, reason)
+        advanced = tables.batch_advance(s.states, jnp.where(emits, token, 0))
+        states = jax.tree_util.tree_map(lambda new, old: jnp.where(_rows(emits, new), new, old), advanced, s.states)
+        fed = jnp.where(emits, token, eos_ids[0])
+        logits, cache = step_fn(params, s.cache, fed[:, None], s.position[:, None])
+        done = s.active & (reason != RUNNING)
+        s = s._replace(
+            cache=cache,
+            logits=jnp.where(emits[:, None], logits[:, 0].astype(jnp.float32), s.logits),
+            states=states,
+            position=jnp.where(emits & ~done, s.position + 1, jnp.where(done, cache_length(cache), s.position)),
+            generated=s.generated + emits,
+            active=s.active & ~done,
+        )
+        return s, (jnp.where(emits, token, -1), jnp.where(s.active | done, reason, RUNNING))
+
+    def decode(params, tables, s: _Slots):
+        s, (tokens, reasons) = jax.lax.scan(lambda c, _: decode_once(params, tables, c), s, None, length=steps)
+        return s, tokens, reasons
+
+    def prefill(params, s: _Slots, start: PooledState, tokens, length, slot, budget, sampling, key):
+        row = jax.tree_util.tree_map(lambda c: jax.lax.dynamic_slice_in_dim(c, slot, 1, axis=0), s.cache)
+        logits, row = step_fn(params, row, tokens, jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :])
+        put = lambda all_, one: jax.lax.dynamic_update_slice_in_dim(all_, one.astype(all_.dtype), slot, axis=0)
+        return s._replace(
+            cache=jax.tree_util.tree_map(put, s.cache, row),
+            logits=put(s.logits, logits[:, length - 1]),
+            states=jax.tree_util.tree_map(lambda all_, one: put(all_, one[None]), s.states, start),
+            position=put(s.position, length[None]),
+            generated=put(s.generated, jnp.zeros(1, jnp.int32)),
+            budget=put(s.budget, budget[None]),
+            active=put(s.active, jnp.ones(1, bool)),
+            sampling=jax.tree_util.tree_map(put, s.sampling, sampling),
+            keys=put(s.keys, key[None]),
+        )
+
+    if mesh is None:
+        return jax.jit(decode, donate_argnums=2), jax.jit(prefill, donate_argnums=1)
+    sharded = _slot_sharding(mesh, slots)
+    return (
+        jax.jit(decode, donate_argnums=2, out_shardings=(sharded, None, None)),
+        jax.jit(prefill, donate_argnums=1, out_shardings=sharded),
+    )
