@@ -1,0 +1,170 @@
+"""The grammar pool: pooled masks equal each grammar's own on random walks (real vocabularies),
+admission compiles nothing, identical tables are stored once, space is freed and reused, and
+bad input gets a clear error."""
+
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ananke_jax as aj
+from ananke_jax.serving import CompileCounter, GrammarPool, PoolCapacity, PoolCapacityError
+
+GRAMMARS = pathlib.Path(__file__).resolve().parents[1] / "grammars"
+SCHEMAS = json.loads((GRAMMARS / "json_schemas.json").read_text())
+TINY = PoolCapacity(
+    regular_grammars=8,
+    regular_states=4096,
+    regular_transitions=1 << 17,
+    regular_rows=512,
+    pushdown_grammars=4,
+    lexer_states=512,
+    lr_states=128,
+    rules=128,
+    outcomes=1024,
+    outcome_sets=512,
+    pushdown_rows=64,
+)
+
+
+def _constraints(vocab):
+    """Both engines: regexes, choices, JSON Schemas (flat and recursive), GBNF and Lark."""
+    return [
+        aj.compile_regex(r"\d{4}-\d{2}-\d{2}", vocab),
+        aj.compile_choices(["red", "green", "blue"], vocab),
+        aj.compile_json_schema(SCHEMAS["regular"]["address"], vocab),
+        aj.compile_gbnf((GRAMMARS / "json.gbnf").read_text(), vocab),
+        aj.compile_json_schema(SCHEMAS["recursive"]["linked_list"], vocab),
+        aj.compile_lark((GRAMMARS / "arithmetic.lark").read_text(), vocab),
+    ]
+
+
+def _pool(vocab, capacity=TINY) -> GrammarPool:
+    return GrammarPool(len(vocab), vocab.logits_width, vocab.eos_token_ids, capacity)
+
+
+_mask, _advance = jax.jit(aj.token_mask), jax.jit(aj.advance)
+
+
+def _walk_equal(pool: GrammarPool, handle, grammar, vocab, rng, steps=24):
+    """Walk random allowed tokens; the pooled mask, accepts and error flag equal the grammar's."""
+    pooled = pool.constraint(handle)
+    ps, gs = pooled.init_state(), grammar.init_state()
+    for _ in range(steps):
+        pm, gm = np.asarray(_mask(pooled, ps)), np.asarray(_mask(grammar, gs))
+        np.testing.assert_array_equal(pm, gm)
+        assert bool(pooled.accepts(ps)) == bool(grammar.accepts(gs))
+        allowed = np.flatnonzero(np.unpackbits(gm.view(np.uint8), bitorder="little")[: len(vocab)])
+        ordinary = np.setdiff1d(allowed, vocab.eos_token_ids)
+        if not len(ordinary):
+            break
+        token = int(rng.choice(ordinary))
+        ps, gs = _advance(pooled, ps, token), _advance(grammar, gs, token)
+    forbidden = int(np.setdiff1d(np.arange(len(vocab)), allowed)[0]) if len(allowed) < len(vocab) else None
+    if forbidden is not None:  # a forbidden token leads both to their error state
+        ps, gs = _advance(pooled, ps, forbidden), _advance(grammar, gs, forbidden)
+        assert bool(pooled.is_error(ps)) and bool(grammar.is_error(gs))
+        assert not np.asarray(_mask(pooled, ps)).any()
+
+
+def test_pooled_masks_equal_each_grammars_own(real_vocab):
+    _, vocab, _ = real_vocab
+    pool, grammars = _pool(vocab), _constraints(vocab)
+    handles = [pool.add(g) for g in grammars]
+    rng = np.random.default_rng(0)
+    for seed in range(2):
+        for handle, grammar in zip(handles, grammars):
+            _walk_equal(pool, handle, grammar, vocab, np.random.default_rng([seed, handle.index]))
+    # Removing members and admitting others into the freed space leaves the rest intact.
+    for h in handles[::2]:
+        pool.remove(h)
+    again = [pool.add(g) for g in grammars[::2]]
+    for handle, grammar in zip(again + handles[1::2], grammars[::2] + grammars[1::2]):
+        _walk_equal(pool, handle, grammar, vocab, rng)
+
+
+def test_admission_compiles_nothing_and_batches_mix_engines(sentencepiece_vocab):
+    vocab = sentencepiece_vocab
+    pool = _pool(vocab)
+    grammars = _constraints(vocab)
+    batch_mask = jax.jit(lambda t, s: t.batch_token_mask(s))
+    batch_advance = jax.jit(lambda t, s, x: t.batch_advance(s, x))
+    batch_start = jax.jit(lambda t, h: t.batch_start(h))
+    first = pool.add(grammars[0])
+    handles = jnp.asarray([first.index] * len(grammars) + [-1], jnp.int32)
+    states = batch_start(pool.tables, handles)  # compiles the batched step once
+    jax.block_until_ready(batch_advance(pool.tables, states, jnp.zeros(len(handles), jnp.int32)))
+    jax.block_until_ready(batch_mask(pool.tables, states))
+    CompileCounter.install()
+    before = CompileCounter.count
+    admitted = [first, *(pool.add(g) for g in grammars[1:])]
+    handles = jnp.asarray([h.index for h in admitted] + [-1], jnp.int32)
+    tables = pool.tables
+    states = batch_start(tables, handles)
+    masks = np.asarray(batch_mask(tables, states))
+    assert CompileCounter.count == before, "admitting grammars or mixing them in a batch compiled something"
+    for row, (h, g) in enumerate(zip(admitted, grammars)):
+        np.testing.assert_array_equal(masks[row], np.asarray(_mask(g, g.init_state())))
+    free = np.unpackbits(masks[-1].view(np.uint8), bitorder="little")
+    assert free[: len(vocab)].all() and not free[len(vocab) :].any()
+
+
+def test_identical_tables_are_stored_once_and_freed_with_the_last_reference(sentencepiece_vocab):
+    vocab = sentencepiece_vocab
+    pool = _pool(vocab)
+    a = pool.add(aj.compile_regex(r"[a-z]{2,6}", vocab))
+    used = pool.occupancy()
+    b = pool.add(aj.compile_regex(r"[a-z]{2,6}", vocab))  # compiled again: equal tables
+    assert a == b and len(pool) == 1 and pool.occupancy() == used
+    pool.remove(a)
+    pool.check(b)  # one reference left
+    pool.remove(b)
+    assert len(pool) == 0 and all(v == 0 for v in pool.occupancy().values())
+    with pytest.raises(ValueError, match="not in the pool"):
+        pool.constraint(b)
+
+
+def test_capacity_errors_name_the_axis_and_both_sizes(sentencepiece_vocab):
+    vocab = sentencepiece_vocab
+    small = PoolCapacity(regular_grammars=2, regular_states=64, regular_transitions=1 << 12, regular_rows=32, pushdown_grammars=1, lexer_states=16)
+    pool = _pool(vocab, small)
+    with pytest.raises(PoolCapacityError, match=r"needs \d+ regular states, but the pool holds at most 63") as e:
+        pool.add(aj.compile_json_schema(SCHEMAS["regular"]["address"], vocab))
+    assert e.value.permanent and e.value.axis == "regular states"
+    handles = [pool.add(aj.compile_regex(p, vocab)) for p in (r"[0-9]{3}", r"[a-c]{2}")]
+    with pytest.raises(PoolCapacityError, match="needs 1 regular grammars, but the pool has 0 free of 2") as e:
+        pool.add(aj.compile_regex(r"x+", vocab))
+    assert not e.value.permanent
+    pool.remove(handles[0])
+    pool.add(aj.compile_regex(r"x+", vocab))  # the freed space is reused
+    with pytest.raises(PoolCapacityError, match="lexer states"):
+        pool.add(aj.compile_gbnf((GRAMMARS / "json.gbnf").read_text(), vocab, stack_depth=8))
+    # A failed admission changed nothing.
+    assert len(pool) == 2
+
+
+def test_bad_members_are_refused(sentencepiece_vocab):
+    vocab = sentencepiece_vocab
+    pool = _pool(vocab)
+    other = aj.Vocabulary.from_tokens([b"<eos>", b"a", b"b"], eos_token_ids=[0])
+    with pytest.raises(ValueError, match="another vocabulary"):
+        pool.add(aj.compile_regex("a+", other))
+    with pytest.raises(ValueError, match="not FusedConstraint"):
+        pool.add(aj.fusion.fused(vocab, syntax=aj.compile_regex("a+", vocab)))
+    with pytest.raises(ValueError, match="one by one"):
+        pool.add(aj.stack_grammars([aj.compile_regex("a+", vocab), aj.compile_regex("b+", vocab)]))
+    with pytest.raises(PoolCapacityError, match="stack depth"):
+        pool.add(aj.compile_gbnf((GRAMMARS / "json.gbnf").read_text(), vocab, stack_depth=1024))
+
+
+def test_capacity_memory_formula():
+    width = 131_072
+    cap = PoolCapacity()
+    words = width // 32
+    # Mask rows dominate: 4 bytes per word per row, for both engines.
+    rows = 4 * words * (cap.regular_rows + cap.pushdown_rows)
+    assert rows < cap.table_bytes(width) < rows + 200 * 2**20
+    assert PoolCapacity(regular_rows=2 * cap.regular_rows).table_bytes(width) - cap.table_bytes(width) == 4 * words * cap.regular_rows
