@@ -123,7 +123,7 @@ class Engine:
         if init_cache is None:
             raise ValueError("pass init_cache=(batch, max_len) -> cache, or a step_fn from ananke_jax.models.make_step_fn")
         self.vocab, self.slots, self.max_len, self.steps_per_call = vocab, slots, max_len, steps_per_call
-        self.pool = pool or GrammarPool(len(vocab), vocab.logits_width, vocab.eos_token_ids)
+        self.pool = pool if pool is not None else GrammarPool(len(vocab), vocab.logits_width, vocab.eos_token_ids)
         self.buckets = tuple(sorted(prefill_buckets or [b for b in (16, 32, 64, 128, 256, 512, 1024, 2048) if b < max_len] + [max_len]))
         self._eos = np.asarray(vocab.eos_token_ids, np.int32)
         cache = init_cache(slots, max_len)
@@ -170,11 +170,12 @@ class Engine:
         self,
         prompt_tokens: Sequence[int],
         constraint=None,
-        max_new_tokens: int = 256,
+        max_new_tokens: int | None = None,
         sampling: SamplingParams = SamplingParams(),
         seed: int = 0,
     ) -> int:
-        """Queue a request; returns its id. ``constraint``: a compiled grammar (admitted to the
+        """Queue a request; returns its id. ``max_new_tokens``: default, the rest of the slot's
+        cache. ``constraint``: a compiled grammar (admitted to the
         pool now, removed when the request ends), a `Handle` of the engine's pool, or None.
 
         Raises:
@@ -186,6 +187,7 @@ class Engine:
         prompt = np.asarray(prompt_tokens, np.int32).reshape(-1)
         if not 1 <= len(prompt) <= self.buckets[-1] or len(prompt) >= self.max_len:
             raise ValueError(f"the prompt has {len(prompt)} tokens; a slot holds prompts of 1 to {min(self.buckets[-1], self.max_len - 1)}")
+        max_new_tokens = self.max_len - len(prompt) if max_new_tokens is None else max_new_tokens
         if not 1 <= max_new_tokens <= self.max_len - len(prompt):
             raise ValueError(
                 f"max_new_tokens={max_new_tokens} does not fit: the slot's cache holds {self.max_len} positions "
@@ -292,7 +294,7 @@ def _compiled(step_fn, eos: np.ndarray, steps: int, mesh, slots: _Slots):
             jnp.zeros(masks.shape[1], jnp.uint32).at[eos_ids >> 5].add(jnp.left_shift(jnp.uint32(1), (eos_ids & 31).astype(jnp.uint32)))
         )
         empty = constrained & ~masks.any(axis=1)
-        only_eos = constrained & ~empty & ~(masks & ~eos_bits).any(axis=1)
+        only_eos = constrained & ~empty & ~(masks & ~eos_bits[None, :]).any(axis=1)
         reason = jnp.select([empty, only_eos, is_eos], [CONSTRAINT_ERROR, GRAMMAR_COMPLETE, EOS], RUNNING)
         emits = s.active & (reason == RUNNING)
         reason = jnp.where(emits & (s.generated + 1 >= s.budget), LENGTH, reason)
