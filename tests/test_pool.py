@@ -106,7 +106,7 @@ def test_admission_compiles_nothing_and_batches_mix_engines(sentencepiece_vocab)
     states = batch_start(tables, handles)
     masks = np.asarray(batch_mask(tables, states))
     assert CompileCounter.count == before, "admitting grammars or mixing them in a batch compiled something"
-    for row, (h, g) in enumerate(zip(admitted, grammars)):
+    for row, g in enumerate(grammars):
         np.testing.assert_array_equal(masks[row], np.asarray(_mask(g, g.init_state())))
     free = np.unpackbits(masks[-1].view(np.uint8), bitorder="little")
     assert free[: len(vocab)].all() and not free[len(vocab) :].any()
@@ -129,7 +129,9 @@ def test_identical_tables_are_stored_once_and_freed_with_the_last_reference(sent
 
 def test_capacity_errors_name_the_axis_and_both_sizes(sentencepiece_vocab):
     vocab = sentencepiece_vocab
-    small = PoolCapacity(regular_grammars=2, regular_states=64, regular_transitions=1 << 12, regular_rows=32, pushdown_grammars=1, lexer_states=16)
+    small = PoolCapacity(
+        regular_grammars=2, regular_states=64, regular_transitions=1 << 12, regular_rows=32, pushdown_grammars=1, lexer_states=16
+    )
     pool = _pool(vocab, small)
     with pytest.raises(PoolCapacityError, match=r"needs \d+ regular states, but the pool holds at most 63") as e:
         pool.add(aj.compile_json_schema(SCHEMAS["regular"]["address"], vocab))
