@@ -170,3 +170,31 @@ def test_capacity_memory_formula():
     rows = 4 * words * (cap.regular_rows + cap.pushdown_rows)
     assert rows < cap.table_bytes(width) < rows + 200 * 2**20
     assert PoolCapacity(regular_rows=2 * cap.regular_rows).table_bytes(width) - cap.table_bytes(width) == 4 * words * cap.regular_rows
+
+
+def test_matchers_on_new_pushdown_grammars_compile_nothing(sentencepiece_vocab):
+    vocab = sentencepiece_vocab
+    grammars = _constraints(vocab)[3:] + [aj.compile_json_schema(SCHEMAS["recursive"]["tree"], vocab)]
+    warm = [aj.Matcher(grammars[0], vocab) for _ in grammars]  # compiles the pooled steps once
+    aj.fill_bitmasks(warm, aj.allocate_token_bitmask(len(warm), vocab.logits_width))
+    assert warm[0].accept_token(int(np.flatnonzero(_unpack(warm[0], vocab))[0])) and not warm[0].is_completed()
+    CompileCounter.install()
+    before = CompileCounter.count
+    matchers = [aj.Matcher(g, vocab) for g in grammars]
+    out = aj.allocate_token_bitmask(len(matchers), vocab.logits_width)
+    aj.fill_bitmasks(matchers, out)  # one call for every grammar
+    for m in matchers:
+        assert m.accept_token(int(np.flatnonzero(_unpack(m, vocab))[0]))
+        m.is_completed()
+    assert CompileCounter.count == before, "a matcher on a new grammar compiled something"
+    for row, g in zip(out, grammars):
+        np.testing.assert_array_equal(row.view(np.uint32), np.asarray(_mask(g, g.init_state())))
+
+
+def _unpack(matcher, vocab):
+    """bool[vocab_size]: the ordinary tokens the matcher allows now."""
+    out = aj.allocate_token_bitmask(1, vocab.logits_width)
+    matcher.fill_next_token_bitmask(out)
+    bits = np.unpackbits(out.view(np.uint8), bitorder="little")[: len(vocab)].astype(bool)
+    bits[list(vocab.eos_token_ids)] = False
+    return bits

@@ -5,16 +5,21 @@ object holding one sequence's constraint state, which fills packed ``int32`` bit
 layout (bit j of word i allows token ``32 * i + j``; ``W = ceil(logits_width / 32)`` words per
 row) and accepts the tokens the server samples. It is a thin shell over the pure run-time
 functions (`token_mask`, `advance`, `accepts`), jitted once at module level with the constraint
-as an argument: constraints of equal shapes share every compilation. A single regular grammar is
-stepped on the host instead, from numpy views of its tables: its mask is one row and its advance
-one lookup, a few microseconds against a device call's tens.
+as an argument: constraints of equal shapes share every compilation. A pushdown grammar is
+admitted to a `GrammarPool` shared by the matchers of its vocabulary, whose shapes never
+change: a new grammar compiles nothing once the pool is warm, and `fill_bitmasks` runs every
+pooled matcher in one call. A single regular grammar is stepped on the host instead, from numpy
+views of its tables: its mask is one row and its advance one lookup, a few microseconds against
+a device call's tens.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
+import logging
 import operator
+import weakref
 from collections.abc import Iterator, Sequence
 
 import jax
@@ -22,12 +27,29 @@ import jax.numpy as jnp
 import numpy as np
 
 from ananke_jax._src.engines.masks import apply_mask
+from ananke_jax._src.engines.pooled import Pooled
+from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.engines.regular import RegularGrammar, RegularState
 from ananke_jax._src.runtime.constraint import accepts, advance, init_state, token_mask
+from ananke_jax._src.serving.pool import GrammarPool, PoolCapacityError
 from ananke_jax._src.vocab import Vocabulary
+
+log = logging.getLogger(__name__)
 
 _token_mask = jax.jit(token_mask)
 _batch_token_mask = jax.jit(jax.vmap(token_mask, in_axes=(None, 0)))
+_pooled_token_masks = jax.jit(jax.vmap(token_mask, in_axes=(Pooled(None, 0), 0)))
+_shared_pools: dict[str, GrammarPool] = {}
+
+
+def shared_pool(vocab: Vocabulary) -> GrammarPool:
+    """The `GrammarPool` (``"default"`` capacity) that matchers over ``vocab`` share; made, and
+    its writes compiled, on first use."""
+    if vocab.fingerprint not in _shared_pools:
+        _shared_pools[vocab.fingerprint] = GrammarPool(len(vocab), vocab.logits_width, vocab.eos_token_ids)
+    return _shared_pools[vocab.fingerprint]
+
+
 _advance = jax.jit(advance)
 _accepts = jax.jit(accepts)
 
@@ -86,6 +108,12 @@ class _HostGrammar:
         return bool(self.accepting[state.node])
 
 
+@jax.jit
+def _start(constraint):
+    """The initial state on a pool, jitted with the tables as an argument (every member shares it)."""
+    return init_state(constraint)
+
+
 def _state_key(state) -> tuple[bytes, ...]:
     """A hashable copy of a state pytree, to remember where a search already failed."""
     return tuple(np.asarray(leaf).tobytes() for leaf in jax.tree_util.tree_leaves(state))
@@ -119,13 +147,17 @@ class Matcher:
     (none for a single regular grammar, stepped on the host).
     """
 
-    def __init__(self, constraint, vocab: Vocabulary, *, max_rollback: int = 16):
+    def __init__(self, constraint, vocab: Vocabulary, *, max_rollback: int = 16, pool: GrammarPool | bool | None = True):
         """Start a matcher at the constraint's initial state.
 
         Args:
           constraint: a compiled constraint (`RegularGrammar`, `PushdownGrammar` or a fused one).
           vocab: the vocabulary it was compiled against.
           max_rollback: how many steps `rollback` can undo (states kept on the host).
+          pool: where a `PushdownGrammar` runs: True, the pool the matchers of ``vocab`` share
+            (`shared_pool`); a `GrammarPool`; or False, its own tables (compiled for their
+            shapes). A grammar the pool cannot take runs on its own tables. It leaves the pool
+            when the matcher is garbage collected.
 
         Raises:
           ValueError: ``max_rollback`` is negative, or the constraint's masks do not have
@@ -133,13 +165,22 @@ class Matcher:
         """
         if max_rollback < 0:
             raise ValueError(f"max_rollback must be >= 0, got {max_rollback}")
-        self._constraint = constraint
+        self._constraint, self._pool, self._handle = constraint, None, None
+        if isinstance(constraint, PushdownGrammar) and pool is not False:
+            self._pool = shared_pool(vocab) if pool is True else pool
+            try:
+                self._handle = self._pool.add(constraint)
+            except PoolCapacityError as e:
+                log.warning("the pushdown grammar runs on its own tables (compiled for their shapes): %s", e)
+                self._pool = None
+            else:
+                weakref.finalize(self, self._pool.remove, self._handle)
         self._vocab = vocab
         self._words = _words(vocab.logits_width)
         self._eos = frozenset(vocab.eos_token_ids)
         self._host = _HostGrammar.of(constraint)
-        self._init = init_state(constraint)
-        shape = jax.eval_shape(token_mask, constraint, self._init).shape
+        self._init = init_state(constraint) if self._pool is None else _start(self.constraint)
+        shape = jax.eval_shape(token_mask, self.constraint, self._init).shape
         if shape != (self._words,):
             raise ValueError(
                 f"the constraint's masks have shape {shape} but the vocabulary's logits width "
@@ -152,7 +193,8 @@ class Matcher:
 
     @property
     def constraint(self):
-        return self._constraint
+        """The constraint the matcher steps: the one it was given, or its member of the pool."""
+        return self._constraint if self._pool is None else self._pool.constraint(self._handle)
 
     @property
     def state(self):
@@ -167,12 +209,12 @@ class Matcher:
     def _mask_of(self, state) -> np.ndarray:
         if self._host is not None:
             return self._host.token_mask(state)
-        return np.asarray(_token_mask(self._constraint, state))
+        return np.asarray(_token_mask(self.constraint, state))
 
     def _advance(self, state, token: int):
         if self._host is not None:
             return self._host.advance(state, token)
-        return _advance(self._constraint, state, token)
+        return _advance(self.constraint, state, token)
 
     def _current_mask(self) -> np.ndarray:
         """uint32[W], the mask of the current state (computed once per state, on the device
@@ -223,7 +265,7 @@ class Matcher:
         if self._host is not None:
             state, mask = self._host.advance(self._state, token), None
         else:
-            state, mask = _advance_and_mask(self._constraint, self._state, token)
+            state, mask = _advance_and_mask(self.constraint, self._state, token)
         self._push(state, mask, terminated=token in self._eos)
         return True
 
@@ -298,16 +340,17 @@ class Matcher:
         """The output so far is in the language (the pure `accepts`: EOS is allowed now)."""
         if self._host is not None:
             return self._host.accepts(self._state)
-        return bool(_accepts(self._constraint, self._state))
+        return bool(_accepts(self.constraint, self._state))
 
 
 def fill_bitmasks(matchers: Sequence[Matcher], out: np.ndarray) -> None:
     """Fill row i of ``out`` for ``matchers[i]``, as each matcher's `fill_next_token_bitmask`.
 
     Matchers whose mask is known (a single regular grammar's rows on the host, or the mask their
-    last `accept_token` computed) copy it; the others, sharing one constraint object, go through
-    one vmapped jitted call on their stacked states (the group padded to a power of two so that
-    batch sizes share compilations).
+    last `accept_token` computed) copy it; the others go through one vmapped jitted call per
+    group on their stacked states: the matchers of one pool (whatever their grammars), or of
+    one constraint object. Groups are padded to a power of two so that batch sizes share
+    compilations.
 
     Args:
       matchers: matchers over vocabularies of one logits width.
@@ -330,12 +373,16 @@ def fill_bitmasks(matchers: Sequence[Matcher], out: np.ndarray) -> None:
         if m._host is not None or m._mask is not None:
             rows[i] = m._current_mask().view(np.int32)
         else:
-            groups[id(m.constraint)].append(i)
+            groups[id(m._pool) if m._pool is not None else id(m._constraint)].append(i)
     for members in groups.values():
-        states = [matchers[i].state for i in members]
-        states += states[:1] * ((1 << (len(states) - 1).bit_length()) - len(states))
-        stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *states)
-        masks = np.asarray(_batch_token_mask(matchers[members[0]].constraint, stacked))
+        pad = lambda xs: xs + xs[:1] * ((1 << (len(xs) - 1).bit_length()) - len(xs))
+        stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *pad([matchers[i].state for i in members]))
+        first = matchers[members[0]]
+        if first._pool is None:
+            masks = np.asarray(_batch_token_mask(first.constraint, stacked))
+        else:
+            handles = jnp.asarray(pad([matchers[i]._handle.index for i in members]), jnp.int32)
+            masks = np.asarray(_pooled_token_masks(Pooled(first._pool.tables, handles), stacked))
         for i, mask in zip(members, masks):
             matchers[i]._mask = mask
             rows[i] = mask.view(np.int32)
