@@ -198,3 +198,19 @@ def _unpack(matcher, vocab):
     bits = np.unpackbits(out.view(np.uint8), bitorder="little")[: len(vocab)].astype(bool)
     bits[list(vocab.eos_token_ids)] = False
     return bits
+
+
+@pytest.mark.slow
+def test_the_default_pool_holds_the_corpus_at_once(smollm2_gguf):
+    """Every schema of the corpus, the grammars and ten regexes (48 constraints) at once, with
+    SmolLM2's vocabulary, in the default capacity, with room to spare."""
+    vocab = aj.Vocabulary.from_gguf(smollm2_gguf)
+    pool = _pool(vocab, "default")
+    grammars = [aj.compile_json_schema(s, vocab) for s in [*SCHEMAS["regular"].values(), *SCHEMAS["recursive"].values()]]
+    grammars += [aj.compile_gbnf((GRAMMARS / n).read_text(), vocab) for n in ("json.gbnf", "xml_person.gbnf", "gsm8k.gbnf", "markdown_list.gbnf", "rpg.gbnf")]
+    grammars += [aj.compile_lark((GRAMMARS / n).read_text(), vocab) for n in ("json.lark", "arithmetic.lark")]
+    grammars += [aj.compile_regex(r, vocab) for r in json.loads((GRAMMARS / "regexes.json").read_text())[:10]]
+    for g in grammars:
+        pool.add(g)
+    assert len(pool) == len(grammars) >= 48
+    assert max(pool.occupancy().values()) < 0.75

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ananke_jax as aj
-from ananke_jax._src.bank import _trie_parents
+from ananke_jax._src.bank import trie_parents
 from ananke_jax._src.compile.cfg import compile_ir
 from ananke_jax._src.compile.outcome_trie import chunk_layout
 from ananke_jax._src.ir import grammar
@@ -276,7 +276,7 @@ def test_a_bank_of_pushdown_grammars_runs_each_row_as_alone(sentencepiece_vocab)
     ]
     assert all(isinstance(g, aj.PushdownGrammar) for g in grammars) and {g.stack_depth for g in grammars} == {64, 128}
     for g in grammars:
-        start, count, node_chunk = chunk_layout(_trie_parents(g), g.lanes, g.node_parent.shape[1])
+        start, count, node_chunk = chunk_layout(trie_parents(g), g.lanes, g.node_parent.shape[1])
         np.testing.assert_array_equal(start, np.asarray(g.chunk_start)[:, : start.shape[1]])
         np.testing.assert_array_equal(count, g.num_chunks)
         np.testing.assert_array_equal(node_chunk, g.node_chunk)

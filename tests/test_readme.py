@@ -22,7 +22,7 @@ def _run(snippet: str) -> dict:
 
 
 def test_the_readme_has_the_quick_starts():
-    assert len(SNIPPETS) == 3
+    assert len(SNIPPETS) == 4
 
 
 def test_the_jitted_loop_writes_a_prefix_of_the_schema():
@@ -46,3 +46,16 @@ def test_the_matcher_loop_ends_on_a_full_match():
     ns = _run(SNIPPETS[2])
     matcher, _vocab = ns["matcher"], ns["vocab"]
     assert matcher.is_terminated() and matcher.is_completed()
+
+
+@pytest.mark.slow
+def test_the_engine_serves_every_request_validly_without_compiling():
+    import jsonschema
+
+    ns = _run(SNIPPETS[3])
+    replies, asked, vocab = ns["replies"], ns["asked"], ns["vocab"]
+    assert ns["engine"].compilations == 0
+    text = {asked[rid]: vocab.decode(tokens) for rid, tokens in replies.items()}
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", text["Give me a date."])
+    assert text["Pick a colour."] in ("red", "green", "blue")
+    jsonschema.validate(json.loads(text["Name a city, as JSON."]), ns["city"])

@@ -152,6 +152,9 @@ class PoolTables:
     logits_width: int
     regular_members: int
 
+    def __repr__(self) -> str:
+        return f"PoolTables(regular_members={self.regular_members}, vocab_size={self.vocab_size}, logits_width={self.logits_width})"
+
     def kind(self, handle: jax.Array) -> jax.Array:
         """int32[...]: `FREE`, `REGULAR` or `PUSHDOWN`, what each handle names."""
         return jnp.where(handle < 0, FREE, jnp.where(handle < self.regular_members, REGULAR, PUSHDOWN))
@@ -284,6 +287,11 @@ class Pooled(Constraint):
     vocab_size = property(lambda self: self.tables.vocab_size)
     logits_width = property(lambda self: self.tables.logits_width)
     fallback_token = property(lambda self: self.tables.fallback_token)
+
+    def __repr__(self) -> str:
+        return (
+            f"Pooled(handle={self.handle}, vocab_size={self.vocab_size}, logits_width={self.logits_width}, pool_bytes={self.table_bytes:,})"
+        )
 
     def init_state(self) -> PooledState:
         return self.tables.start(self.handle)

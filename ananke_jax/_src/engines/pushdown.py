@@ -256,11 +256,12 @@ def _same(a: _Configs, b: _Configs) -> jax.Array:
     return (a.lexer[:, None] == b.lexer[None, :]) & (a.depth[:, None] == b.depth[None, :]) & equal_stacks
 
 
-def _follow(cg: PushdownGrammar, lr: LRActions, state: PushdownState, config, local) -> _Configs:
-    """The configuration that configuration ``config`` makes by following its outcome ``local``."""
+def _follow(cg: PushdownGrammar, lr: LRActions, state: PushdownState, config, local, real) -> _Configs:
+    """The configuration that configuration ``config`` makes by following its outcome ``local``
+    (when ``real``, bool[]; otherwise no parser action runs)."""
     stack, depth, lexer = state.stacks[config], state.depth[config], state.lexer[config]
     outcome = cg.state_outcomes[lexer, local]
-    p = feed(lr, stack, depth, cg.outcome_terminals[outcome], cg.outcome_length[outcome])
+    p = feed(lr, stack, depth, cg.outcome_terminals[outcome], jnp.where(real, cg.outcome_length[outcome], 0))
     return _Configs(p.stack, p.height, cg.outcome_lexer[lexer, local])
 
 
@@ -268,9 +269,10 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
     """The state after ``token`` (int32[]): every configuration follows every valid outcome of the
     token; the survivors (deduplicated, at most K, in order) form the new state.
 
-    The valid (configuration, outcome) pairs are gathered first and followed K at a time, so a
-    step costs what its valid pairs cost, not K times the largest outcome set; the usual single
-    pair skips the deduplication.
+    The valid (configuration, outcome) pairs are gathered first and followed K at a time (one
+    loop trip for the usual single pair), so a step costs what its valid pairs cost, not K times
+    the largest outcome set. No `lax.cond` picks a path per state: under `vmap` a cond runs both
+    branches on every operand broadcast to the batch, tables included.
     """
     token = jnp.asarray(token, jnp.int32)
     is_eos = is_allowed(cg.eos_mask, token)
@@ -282,31 +284,22 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
     pairs = jnp.argsort(~valid, stable=True)  # the valid pairs first, in (configuration, outcome) order
     count = valid.sum()
 
-    follow = lambda pair: _follow(cg, lr, state, pair // z, jnp.maximum(local.reshape(-1)[pair], 0))
+    follow = lambda pair, real: _follow(cg, lr, state, pair // z, jnp.maximum(local.reshape(-1)[pair], 0), real)
     empty = _Configs(jnp.zeros_like(state.stacks), jnp.zeros_like(state.depth), jnp.zeros_like(state.lexer))
-
-    def one_pair():
-        """The usual step: one valid pair makes the only configuration."""
-        kept = jax.tree_util.tree_map(lambda e, x: e.at[0].set(x), empty, follow(pairs[0]))
-        return kept, jnp.arange(k) == 0, state.overflow
 
     def round_(carry):
         r, kept, live, overflow = carry
         slot = jax.lax.dynamic_slice(pairs, (r * k,), (k,))
         real = r * k + jnp.arange(k) < count
-        made = jax.vmap(follow)(slot)
+        made = jax.vmap(follow)(slot, real)
         earlier = jnp.tril(jnp.ones((k, k), jnp.bool_), k=-1)
         fresh = real & ~(_same(made, kept) & live[None, :]).any(axis=1) & ~(_same(made, made) & earlier & real[None, :]).any(axis=1)
         position = jnp.where(fresh, live.sum() + jnp.cumsum(fresh) - 1, k)
         kept = jax.tree_util.tree_map(lambda a, b: a.at[position].set(b, mode="drop"), kept, made)
         return r + 1, kept, live.at[position].set(True, mode="drop"), overflow | (fresh & (position >= k)).any()
 
-    def rounds():
-        """Any other number of pairs (none for EOS or a forbidden token): K a round, deduplicated."""
-        init = (jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow)
-        return jax.lax.while_loop(lambda c: c[0] * k < count, round_, init)[1:]
-
-    kept, live, overflow = jax.lax.cond(count == 1, one_pair, rounds)
+    init = (jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow)  # no round for EOS or a forbidden token
+    kept, live, overflow = jax.lax.while_loop(lambda c: c[0] * k < count, round_, init)[1:]
     # A configuration the state already had keeps its verdicts: they depend on it alone.
     match = _same(kept, _Configs(state.stacks, state.depth, state.lexer)) & live[:, None] & state.live[None, :]
     known, source = match.any(axis=1), jnp.argmax(match, axis=1)
@@ -322,5 +315,6 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
     # EOS: the configurations stay, marked finished when the output is complete, else they die.
     complete = pushdown_accepts(state)
     ended = state._replace(finished=complete, live=state.live & complete)
-    # Only the new configurations of a step that is not EOS need verdicts.
-    return jax.lax.cond(is_eos, lambda: ended, lambda: with_verdicts(cg, stepped, known))
+    # Only the new configurations of a step that is not EOS need verdicts (after EOS: none).
+    stepped = with_verdicts(cg, stepped, known)
+    return jax.tree_util.tree_map(lambda e, s: jnp.where(is_eos, e, s), ended, stepped)

@@ -64,10 +64,10 @@ class PoolCapacity:
 
     regular_grammars: int = 64
     regular_states: int = 65_536
-    regular_transitions: int = 1 << 22
+    regular_transitions: int = 1 << 23
     regular_rows: int = 8192
     pushdown_grammars: int = 32
-    lexer_states: int = 2048
+    lexer_states: int = 4096
     lr_states: int = 2048
     rules: int = 2048
     outcomes: int = 16_384
@@ -80,7 +80,7 @@ class PoolCapacity:
     outcomes_per_state: int = 128
     lookahead: int = 8
     trie_nodes: int = 192
-    trie_chunks: int = 64
+    trie_chunks: int = 128
     completions: int = 4
     classes_per_state: int = 512
     sets_per_state: int = 128
@@ -125,7 +125,7 @@ PRESETS = {
         outcomes_per_state=512,
         lookahead=16,
         trie_nodes=1024,
-        trie_chunks=128,
+        trie_chunks=256,
         classes_per_state=1024,
         sets_per_state=512,
         sparse_tokens=1024,
