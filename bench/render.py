@@ -44,12 +44,15 @@ is not a figure to quote. Each record says how long its run took.
 """
 
 
+MODULES = ("harness", "render", "stream")  # shared code, not benchmarks
+
+
 def script_docs(bench: pathlib.Path = ROOT / "bench") -> dict[str, list[str]]:
     """``{script name: paragraphs of its docstring}`` for the benchmarks in ``bench``, each
     paragraph on one line, the indented usage lines left out."""
     found = {}
     for path in sorted(bench.glob("*.py")):
-        if path.stem not in ("harness", "render"):
+        if path.stem not in MODULES:
             doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False) or ""
             paragraphs = [" ".join(p.split()) for p in doc.split("\n\n") if not p.startswith("    ")]
             found[path.stem] = [p for p in paragraphs if p]

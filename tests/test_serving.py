@@ -195,7 +195,7 @@ def test_engine_sharded_over_eight_devices_equals_one_device():
             pool = serving.GrammarPool(len(VOCAB), VOCAB.logits_width, VOCAB.eos_token_ids, CAPACITY)
             engine = serving.Engine(STEP, PARAMS, VOCAB, slots=8, max_len=MAX_LEN, pool=pool, prefill_buckets=(8,), mesh=m)
             if m is not None:
-                assert len(engine._slots.logits.sharding.device_set) == 8
+                assert len(engine._slots.pending.sharding.device_set) == 8
             before = engine.compilations
             reqs = [((np.arange(1, 4 + i % 3), aj.compile_regex("[a-z]{2,%d}" % (3 + i), VOCAB)), {"max_new_tokens": 12, "seed": i}) for i in range(12)]
             out.append([[t, r] for t, r in _run(engine, reqs)])

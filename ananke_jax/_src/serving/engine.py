@@ -1,9 +1,10 @@
 """`Engine`: continuous batching of constrained requests over a model's step function.
 
-Each of ``slots`` rows holds one request: its KV cache row, its last logits, its constraint
+Each of ``slots`` rows holds one request: its KV cache row, its last token, its constraint
 state on the pool (`PoolTables`) and its sampling parameters, all device arrays of fixed shape.
-A step masks, samples and advances every slot and runs the model once; a new request is
-prefilled into a free slot (prompt lengths bucketed) while the others keep their state. After
+A step runs the model once over every slot's last token, then masks, samples and advances
+every slot; a new request is prefilled into a free slot (prompt lengths bucketed) while the
+others keep their state, and its first token is drawn right there. After
 warm-up nothing compiles: grammars are pool writes, prompts fall into buckets, sampling
 parameters and handles are arrays.
 """
@@ -60,9 +61,9 @@ class _Slots(NamedTuple):
     """The device state of every slot (arrays with the slot axis first)."""
 
     cache: Any
-    logits: jax.Array  # float32[S, V], the logits the next token is drawn from
+    pending: jax.Array  # int32[S], the last token drawn, which the model reads next
     states: PooledState
-    position: jax.Array  # int32[S], where the next token goes in the cache
+    position: jax.Array  # int32[S], where the pending token goes in the cache
     generated: jax.Array  # int32[S]
     budget: jax.Array  # int32[S], max_new_tokens
     active: jax.Array  # bool[S]
@@ -129,11 +130,10 @@ class Engine:
         cache = init_cache(slots, max_len)
         if cache_length(cache) != max_len:
             raise ValueError(f"init_cache made a cache of {cache_length(cache)} positions, not max_len={max_len}")
-        width = vocab.logits_width
         tables = self.pool.tables
         self._slots = _Slots(
             cache=cache,
-            logits=jnp.zeros((slots, width), jnp.float32),
+            pending=jnp.zeros(slots, jnp.int32),
             states=tables.batch_start(jnp.full(slots, -1, jnp.int32)),
             position=jnp.full(slots, max_len, jnp.int32),
             generated=jnp.zeros(slots, jnp.int32),
@@ -158,6 +158,7 @@ class Engine:
         for bucket in self.buckets:
             self._start(0, _Request(-1, np.zeros(min(bucket, self.max_len - 1), np.int32), None, None, 1, SamplingParams(), 0))
         self._running.clear()
+        self._done.clear()
         self._slots = self._slots._replace(active=self._slots.active & False)
         self._slots = self._decode(self._params, self.pool.tables, self._slots)[0]
 
@@ -212,15 +213,22 @@ class Engine:
                 raise
             return None  # admitted when space frees
 
+    @property
+    def free_slots(self) -> int:
+        """Slots that a request submitted now would find free (not running, not claimed by the
+        queue)."""
+        return max(0, self.slots - len(self._running) - len(self._queue))
+
     def has_work(self) -> bool:
         return bool(self._queue or self._running or self._done)
 
     def step(self) -> list[Event]:
-        """Admit queued requests to free slots, then decode ``steps_per_call`` tokens in every
-        running slot. Returns one `Event` per request that produced tokens or finished."""
+        """Admit queued requests to free slots: each is prefilled and its first token drawn,
+        and those events come back at once. Otherwise decode ``steps_per_call`` tokens in every
+        running slot. Returns the `Event`s of requests that produced tokens or finished."""
         self._fill_slots()
         events, self._done = self._done, []
-        if not self._running:
+        if events or not self._running:  # new requests' first tokens go out before the next decode
             return events
         self._slots, tokens, reasons = self._decode(self._params, self.pool.tables, self._slots)
         tokens, reasons = np.asarray(tokens), np.asarray(reasons)  # [n, S]
@@ -265,9 +273,15 @@ class Engine:
             SamplingRows.of([request.sampling]),
             jax.random.key_data(jax.random.key(request.seed)),
         )
-        start = _start_state(self.pool.tables, jnp.int32(handle))
-        self._slots = self._prefill(self._params, self._slots, start, *row)
+        tables = self.pool.tables
+        self._slots, token, reason = self._prefill(self._params, tables, self._slots, _start_state(tables, jnp.int32(handle)), *row)
         self._running[slot] = request
+        token, reason = int(token), int(reason)  # the first token, drawn from the prompt's logits
+        if reason != RUNNING:
+            self._release(slot)
+        self._done.append(
+            Event(request.id, [token] if token >= 0 else [], reason != RUNNING, FINISH_REASONS[reason] if reason != RUNNING else None)
+        )
 
 
 _start_state = jax.jit(PoolTables.start)
@@ -279,64 +293,72 @@ def _slot_sharding(mesh, slots: _Slots):
     return jax.tree_util.tree_map(spec, slots)
 
 
+def _pick(tables: PoolTables, s: _Slots, logits, eos_ids):
+    """Draw each row's next token from ``logits`` (float[B, V]) under its constraint and sampling
+    parameters, and decide how the row goes on. Returns (token int32[B] (-1: none emitted),
+    finish reason int32[B] (`RUNNING` for rows still going or inactive), the slots with states
+    advanced and the emitted tokens pending for the model)."""
+    masks = tables.batch_token_mask(s.states)
+    keys = jax.vmap(lambda raw, n: jax.random.fold_in(jax.random.wrap_key_data(raw), n))(s.keys, s.generated)
+    token = sample_rows(apply_mask(logits, masks), keys, s.sampling, eos_ids[0])
+    is_eos = (token[:, None] == eos_ids[None, :]).any(axis=1)
+    constrained = tables.kind(s.states.handle) != 0
+    eos_bits = jnp.zeros(masks.shape[1], jnp.uint32).at[eos_ids >> 5].add(jnp.left_shift(jnp.uint32(1), (eos_ids & 31).astype(jnp.uint32)))
+    empty = constrained & ~masks.any(axis=1)
+    only_eos = constrained & ~empty & ~(masks & ~eos_bits[None, :]).any(axis=1)
+    reason = jnp.select([empty, only_eos, is_eos], [CONSTRAINT_ERROR, GRAMMAR_COMPLETE, EOS], RUNNING)
+    emits = s.active & (reason == RUNNING)
+    reason = jnp.where(emits & (s.generated + 1 >= s.budget), LENGTH, reason)
+    done = s.active & (reason != RUNNING)
+    advanced = tables.batch_advance(s.states, jnp.where(emits, token, 0))
+    s = s._replace(
+        states=jax.tree_util.tree_map(lambda new, old: jnp.where(_rows(emits, new), new, old), advanced, s.states),
+        pending=jnp.where(emits, token, s.pending),
+        generated=s.generated + emits,
+        active=s.active & ~done,
+    )
+    return jnp.where(emits, token, -1), jnp.where(done, reason, RUNNING), s
+
+
 def _compiled(step_fn, eos: np.ndarray, steps: int, mesh, slots: _Slots):
-    """The jitted decode (``steps`` tokens per slot) and prefill (one slot) functions; with a
-    mesh, slot arrays stay sharded over its first axis."""
+    """The jitted decode (``steps`` tokens per slot) and prefill (one slot, and its first token)
+    functions; with a mesh, slot arrays stay sharded over its first axis."""
     eos_ids = jnp.asarray(eos)
 
     def decode_once(params, tables: PoolTables, s: _Slots):
-        masks = tables.batch_token_mask(s.states)
-        keys = jax.vmap(lambda raw, n: jax.random.fold_in(jax.random.wrap_key_data(raw), n))(s.keys, s.generated)
-        token = sample_rows(apply_mask(s.logits, masks), keys, s.sampling, eos_ids[0])
-        is_eos = (token[:, None] == eos_ids[None, :]).any(axis=1)
-        constrained = tables.kind(s.states.handle) != 0
-        eos_bits = (
-            jnp.zeros(masks.shape[1], jnp.uint32).at[eos_ids >> 5].add(jnp.left_shift(jnp.uint32(1), (eos_ids & 31).astype(jnp.uint32)))
-        )
-        empty = constrained & ~masks.any(axis=1)
-        only_eos = constrained & ~empty & ~(masks & ~eos_bits[None, :]).any(axis=1)
-        reason = jnp.select([empty, only_eos, is_eos], [CONSTRAINT_ERROR, GRAMMAR_COMPLETE, EOS], RUNNING)
-        emits = s.active & (reason == RUNNING)
-        reason = jnp.where(emits & (s.generated + 1 >= s.budget), LENGTH, reason)
-        advanced = tables.batch_advance(s.states, jnp.where(emits, token, 0))
-        states = jax.tree_util.tree_map(lambda new, old: jnp.where(_rows(emits, new), new, old), advanced, s.states)
-        fed = jnp.where(emits, token, eos_ids[0])
-        logits, cache = step_fn(params, s.cache, fed[:, None], s.position[:, None])
-        done = s.active & (reason != RUNNING)
-        s = s._replace(
-            cache=cache,
-            logits=jnp.where(emits[:, None], logits[:, 0].astype(jnp.float32), s.logits),
-            states=states,
-            position=jnp.where(emits & ~done, s.position + 1, jnp.where(done, cache_length(cache), s.position)),
-            generated=s.generated + emits,
-            active=s.active & ~done,
-        )
-        return s, (jnp.where(emits, token, -1), jnp.where(s.active | done, reason, RUNNING))
+        """The model over each active row's pending token, then the next token of every row."""
+        logits, cache = step_fn(params, s.cache, s.pending[:, None], jnp.where(s.active, s.position, cache_length(s.cache))[:, None])
+        s = s._replace(cache=cache, position=s.position + s.active)
+        token, reason, s = _pick(tables, s, logits[:, 0], eos_ids)
+        return s, (token, reason)
 
     def decode(params, tables, s: _Slots):
         s, (tokens, reasons) = jax.lax.scan(lambda c, _: decode_once(params, tables, c), s, None, length=steps)
         return s, tokens, reasons
 
-    def prefill(params, s: _Slots, start: PooledState, tokens, length, slot, budget, sampling, key):
+    def prefill(params, tables: PoolTables, s: _Slots, start: PooledState, tokens, length, slot, budget, sampling, key):
         row = jax.tree_util.tree_map(lambda c: jax.lax.dynamic_slice_in_dim(c, slot, 1, axis=0), s.cache)
         logits, row = step_fn(params, row, tokens, jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :])
         put = lambda all_, one: jax.lax.dynamic_update_slice_in_dim(all_, one.astype(all_.dtype), slot, axis=0)
-        return s._replace(
-            cache=jax.tree_util.tree_map(put, s.cache, row),
-            logits=put(s.logits, logits[:, length - 1]),
-            states=jax.tree_util.tree_map(lambda all_, one: put(all_, one[None]), s.states, start),
-            position=put(s.position, length[None]),
-            generated=put(s.generated, jnp.zeros(1, jnp.int32)),
-            budget=put(s.budget, budget[None]),
-            active=put(s.active, jnp.ones(1, bool)),
-            sampling=jax.tree_util.tree_map(put, s.sampling, sampling),
-            keys=put(s.keys, key[None]),
+        one = _Slots(
+            cache=None,
+            pending=jnp.zeros(1, jnp.int32),
+            states=jax.tree_util.tree_map(lambda x: x[None], start),
+            position=length[None],
+            generated=jnp.zeros(1, jnp.int32),
+            budget=budget[None],
+            active=jnp.ones(1, bool),
+            sampling=sampling,
+            keys=key[None],
         )
+        token, reason, one = _pick(tables, one, logits[:, length - 1], eos_ids)
+        merged = jax.tree_util.tree_map(put, s._replace(cache=None), one)
+        return merged._replace(cache=jax.tree_util.tree_map(put, s.cache, row)), token[0], reason[0]
 
     if mesh is None:
-        return jax.jit(decode, donate_argnums=2), jax.jit(prefill, donate_argnums=1)
+        return jax.jit(decode, donate_argnums=2), jax.jit(prefill, donate_argnums=2)
     sharded = _slot_sharding(mesh, slots)
     return (
         jax.jit(decode, donate_argnums=2, out_shardings=(sharded, None, None)),
-        jax.jit(prefill, donate_argnums=1, out_shardings=sharded),
+        jax.jit(prefill, donate_argnums=2, out_shardings=(sharded, None, None)),
     )
