@@ -207,7 +207,10 @@ def test_the_default_pool_holds_the_corpus_at_once(smollm2_gguf):
     vocab = aj.Vocabulary.from_gguf(smollm2_gguf)
     pool = _pool(vocab, "default")
     grammars = [aj.compile_json_schema(s, vocab) for s in [*SCHEMAS["regular"].values(), *SCHEMAS["recursive"].values()]]
-    grammars += [aj.compile_gbnf((GRAMMARS / n).read_text(), vocab) for n in ("json.gbnf", "xml_person.gbnf", "gsm8k.gbnf", "markdown_list.gbnf", "rpg.gbnf")]
+    grammars += [
+        aj.compile_gbnf((GRAMMARS / n).read_text(), vocab)
+        for n in ("json.gbnf", "xml_person.gbnf", "gsm8k.gbnf", "markdown_list.gbnf", "rpg.gbnf")
+    ]
     grammars += [aj.compile_lark((GRAMMARS / n).read_text(), vocab) for n in ("json.lark", "arithmetic.lark")]
     grammars += [aj.compile_regex(r, vocab) for r in json.loads((GRAMMARS / "regexes.json").read_text())[:10]]
     for g in grammars:
