@@ -119,7 +119,6 @@ class Engine:
         mesh=None,
     ):
         CompileCounter.install()
-        self._start_count = CompileCounter.count
         init_cache = init_cache or getattr(step_fn, "init_cache", None)
         if init_cache is None:
             raise ValueError("pass init_cache=(batch, max_len) -> cache, or a step_fn from ananke_jax.models.make_step_fn")
@@ -151,6 +150,7 @@ class Engine:
         self._ids = itertools.count()
         self._done: list[Event] = []
         self._warm_up()
+        self._start_count = CompileCounter.count  # compilations count from here: serving compiles nothing
 
     def _warm_up(self) -> None:
         """Compile prefill for every bucket and the decode step, on an unconstrained dummy request
@@ -164,7 +164,7 @@ class Engine:
 
     @property
     def compilations(self) -> int:
-        """XLA backend compilations in this process since the engine was made."""
+        """XLA backend compilations in this process since the engine was made and warmed up."""
         return CompileCounter.count - self._start_count
 
     def submit(
