@@ -217,3 +217,11 @@ def test_the_default_pool_holds_the_corpus_at_once(smollm2_gguf):
         pool.add(g)
     assert len(pool) == len(grammars) >= 48
     assert max(pool.occupancy().values()) < 0.75
+
+
+def test_a_trie_wider_than_the_pool_is_refused_before_any_work(sentencepiece_vocab):
+    vocab = sentencepiece_vocab
+    pool = _pool(vocab, PoolCapacity(regular_grammars=2, regular_states=64, regular_transitions=1 << 12, regular_rows=32, trie_nodes=64))
+    with pytest.raises(PoolCapacityError, match=r"trie nodes \(with lanes\), but the pool holds at most 64"):
+        pool.add(aj.compile_lark((GRAMMARS / "arithmetic.lark").read_text(), vocab))
+    assert len(pool) == 0

@@ -21,6 +21,7 @@ import logging
 import operator
 import weakref
 from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 _token_mask = jax.jit(token_mask)
 _batch_token_mask = jax.jit(jax.vmap(token_mask, in_axes=(None, 0)))
 _pooled_token_masks = jax.jit(jax.vmap(token_mask, in_axes=(Pooled(None, 0), 0)))
+_pooled_advance_and_mask = jax.jit(jax.vmap(lambda cg, state, token: _advance_and_mask(cg, state, token), in_axes=(Pooled(None, 0), 0, 0)))
 _shared_pools: dict[str, GrammarPool] = {}
 
 
@@ -114,6 +116,14 @@ def _start(constraint):
     return init_state(constraint)
 
 
+class _Pending(NamedTuple):
+    """A pooled matcher's state after an accepted token not yet applied: the step runs when the
+    state or its mask is needed, or for many matchers at once in `fill_bitmasks`."""
+
+    before: Any
+    token: int
+
+
 def _state_key(state) -> tuple[bytes, ...]:
     """A hashable copy of a state pytree, to remember where a search already failed."""
     return tuple(np.asarray(leaf).tobytes() for leaf in jax.tree_util.tree_leaves(state))
@@ -144,7 +154,8 @@ class Matcher:
     Typical loop: ``fill_next_token_bitmask(bitmask)``, mask and sample on the device,
     ``accept_token(token)``; stop when ``is_terminated()``. The last mask is kept on the host,
     so ``accept_token`` after a fill costs one jitted call, which also computes the next mask
-    (none for a single regular grammar, stepped on the host).
+    (none for a single regular grammar, stepped on the host). On a pool the call waits until the
+    state or mask is needed, so `fill_bitmasks` steps every pooled matcher of a batch at once.
     """
 
     def __init__(self, constraint, vocab: Vocabulary, *, max_rollback: int = 16, pool: GrammarPool | bool | None = True):
@@ -199,7 +210,13 @@ class Matcher:
     @property
     def state(self):
         """The current state pytree, as the pure functions take it."""
+        self._resolve()
         return self._state
+
+    def _resolve(self) -> None:
+        """Apply an accepted token left pending (one jitted call, which also gives the mask)."""
+        if isinstance(self._state, _Pending):
+            self._state, self._mask = _advance_and_mask(self.constraint, self._state.before, self._state.token)
 
     def reset(self) -> None:
         """Return to the initial state and forget the history."""
@@ -220,6 +237,7 @@ class Matcher:
         """uint32[W], the mask of the current state (computed once per state, on the device
         by the step that reached it where there was one)."""
         if not isinstance(self._mask, np.ndarray):
+            self._resolve()
             self._mask = self._mask_of(self._state) if self._mask is None else np.asarray(self._mask)
         return self._mask
 
@@ -264,6 +282,8 @@ class Matcher:
             return False
         if self._host is not None:
             state, mask = self._host.advance(self._state, token), None
+        elif self._pool is not None:
+            state, mask = _Pending(self._state, token), None  # stepped when needed, batched in fill_bitmasks
         else:
             state, mask = _advance_and_mask(self.constraint, self._state, token)
         self._push(state, mask, terminated=token in self._eos)
@@ -301,9 +321,9 @@ class Matcher:
     def _split(self, data: bytes):
         """The state after ``data`` along some allowed tokenization, or None."""
         if not data:
-            return self._state
+            return self.state
         failed: set[tuple[int, tuple[bytes, ...]]] = set()
-        frames = [(0, self._state, self._candidates(data, 0, self._state))]
+        frames = [(0, self.state, self._candidates(data, 0, self.state))]
         while frames:
             start, state, candidates = frames[-1]
             step = next(candidates, None)
@@ -340,7 +360,7 @@ class Matcher:
         """The output so far is in the language (the pure `accepts`: EOS is allowed now)."""
         if self._host is not None:
             return self._host.accepts(self._state)
-        return bool(_accepts(self.constraint, self._state))
+        return bool(_accepts(self.constraint, self.state))
 
 
 def fill_bitmasks(matchers: Sequence[Matcher], out: np.ndarray) -> None:
@@ -348,9 +368,9 @@ def fill_bitmasks(matchers: Sequence[Matcher], out: np.ndarray) -> None:
 
     Matchers whose mask is known (a single regular grammar's rows on the host, or the mask their
     last `accept_token` computed) copy it; the others go through one vmapped jitted call per
-    group on their stacked states: the matchers of one pool (whatever their grammars), or of
-    one constraint object. Groups are padded to a power of two so that batch sizes share
-    compilations.
+    group on their stacked states: the matchers of one pool (whatever their grammars; those
+    with an accepted token pending advance and mask in the same call), or of one constraint
+    object. Groups are padded to a power of two so that batch sizes share compilations.
 
     Args:
       matchers: matchers over vocabularies of one logits width.
@@ -368,22 +388,30 @@ def fill_bitmasks(matchers: Sequence[Matcher], out: np.ndarray) -> None:
     rows = _bitmask_rows(out, words.pop())
     if rows.shape[0] < len(matchers):
         raise ValueError(f"the bitmask has shape {out.shape}, expected at least {len(matchers)} rows")
-    groups: dict[int, list[int]] = collections.defaultdict(list)
+    groups: dict[tuple[int, bool], list[int]] = collections.defaultdict(list)
     for i, m in enumerate(matchers):
         if m._host is not None or m._mask is not None:
             rows[i] = m._current_mask().view(np.int32)
-        else:
-            groups[id(m._pool) if m._pool is not None else id(m._constraint)].append(i)
-    for members in groups.values():
-        pad = lambda xs: xs + xs[:1] * ((1 << (len(xs) - 1).bit_length()) - len(xs))
-        stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *pad([matchers[i].state for i in members]))
+        else:  # a pooled matcher with a token pending steps with the others of its pool
+            groups[id(m._pool) if m._pool is not None else id(m._constraint), isinstance(m._state, _Pending)].append(i)
+    pad = lambda xs: xs + xs[:1] * ((1 << (len(xs) - 1).bit_length()) - len(xs))
+    # Stacked on the host: an eager jnp.stack would compile once per group size.
+    stack = lambda states: jax.tree_util.tree_map(lambda *xs: np.stack(xs), *pad(jax.device_get(states)))
+    for (_, pending), members in groups.items():
         first = matchers[members[0]]
-        if first._pool is None:
-            masks = np.asarray(_batch_token_mask(first.constraint, stacked))
+        if pending:
+            handles = np.asarray(pad([matchers[i]._handle.index for i in members]), np.int32)
+            tokens = np.asarray(pad([matchers[i]._state.token for i in members]), np.int32)
+            before = stack([matchers[i]._state.before for i in members])
+            states, masks = jax.device_get(_pooled_advance_and_mask(Pooled(first._pool.tables, handles), before, tokens))
+            for k, i in enumerate(members):
+                matchers[i]._state = jax.tree_util.tree_map(lambda x, k=k: x[k], states)
+        elif first._pool is None:
+            masks = _batch_token_mask(first.constraint, stack([matchers[i].state for i in members]))
         else:
-            handles = jnp.asarray(pad([matchers[i]._handle.index for i in members]), jnp.int32)
-            masks = np.asarray(_pooled_token_masks(Pooled(first._pool.tables, handles), stacked))
-        for i, mask in zip(members, masks):
+            handles = np.asarray(pad([matchers[i]._handle.index for i in members]), np.int32)
+            masks = _pooled_token_masks(Pooled(first._pool.tables, handles), stack([matchers[i].state for i in members]))
+        for i, mask in zip(members, np.asarray(masks)):
             matchers[i]._mask = mask
             rows[i] = mask.view(np.int32)
 

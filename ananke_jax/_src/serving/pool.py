@@ -485,7 +485,7 @@ class GrammarPool:
         lexer_states, lr_states = host["class_set"].shape[0], host["action_kind"].shape[0]
         parents = trie_parents(g)
         nodes = max((len(p) for p in parents), default=0) + cap.lanes
-        chunk_start, num_chunks, node_chunk = chunk_layout(parents, cap.lanes, cap.trie_nodes)
+        chunk_start, num_chunks, node_chunk = chunk_layout(parents, cap.lanes, max(nodes, cap.trie_nodes))  # checked below
         widths = {
             "LR columns": (host["action_kind"].shape[1], cap.lr_columns),
             "nonterminals": (host["goto"].shape[1], cap.nonterminals),
@@ -525,8 +525,8 @@ class GrammarPool:
         rows = {
             "packed_action": (packed_arg << 12) | (popped << 2) | kind,
             "goto": host["goto"] + base["LR states"],
-            "node_parent": host["node_parent"],
-            "node_column": host["node_column"],
+            "node_parent": host["node_parent"][:, : cap.trie_nodes],  # past its last node + lanes: padding
+            "node_column": host["node_column"][:, : cap.trie_nodes],
             "chunk_start": chunk_start,
             "num_chunks": num_chunks,
             "node_chunk": node_chunk,
