@@ -329,6 +329,7 @@ def matcher_per_call(cg, vocab: aj.Vocabulary, tokens: list[int]) -> list[float]
     matcher, bitmask = aj.Matcher(cg, vocab), aj.allocate_token_bitmask(1, vocab.logits_width)
     matcher.fill_next_token_bitmask(bitmask)  # compiles the jitted calls of non-host constraints
     assert matcher.accept_token(tokens[0])
+    matcher.fill_next_token_bitmask(bitmask)  # a pooled matcher applies the token here
     matcher.reset()
     return matcher_walk(matcher, bitmask, tokens)
 

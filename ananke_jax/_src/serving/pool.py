@@ -324,6 +324,7 @@ class GrammarPool:
         self._members: dict[int, _Member] = {}
         self._by_fingerprint: dict[str, int] = {}
         self._generation = 0
+        self._tables: PoolTables | None = None  # the view of the buffers, made again after a write
         for key, buffer in self._buffers.items():  # compile every write now, not on the first add
             self._buffers[key] = _scatter(
                 buffer,
@@ -336,6 +337,11 @@ class GrammarPool:
     @property
     def tables(self) -> PoolTables:
         """The pool's `PoolTables` (valid until the next ``add``)."""
+        if self._tables is None:
+            self._tables = self._view()
+        return self._tables
+
+    def _view(self) -> PoolTables:
         part = lambda engine: {field: x for (e, field), x in self._buffers.items() if e == engine}
         return PoolTables(
             regular=RegularPool(**part("regular")),
@@ -348,7 +354,7 @@ class GrammarPool:
                 lanes=self.capacity.lanes,
             ),
             free_mask=self._free_mask,
-            fallback_token=jnp.int32(self._eos[0]),
+            fallback_token=np.int32(self._eos[0]),
             vocab_size=self.vocab_size,
             logits_width=self.logits_width,
             regular_members=self.capacity.regular_grammars,
@@ -357,7 +363,7 @@ class GrammarPool:
     def constraint(self, handle: Handle) -> Pooled:
         """Member ``handle`` as a `Constraint` (for `constrained_step`, `generate`, `Matcher`)."""
         self.check(handle)
-        return Pooled(self.tables, jnp.int32(handle.index))
+        return Pooled(self.tables, np.int32(handle.index))
 
     @property
     def table_bytes(self) -> int:
@@ -450,7 +456,7 @@ class GrammarPool:
             n = min(chunk, len(index) - at)
             part_index[:n], part_values[:n] = index[at : at + n], values[at : at + n]
             buffer = _scatter(buffer, part_index, part_values)
-        self._buffers[key] = buffer
+        self._buffers[key], self._tables = buffer, None
 
     def _handle(self, index: int) -> Handle:
         self._generation += 1
