@@ -98,6 +98,8 @@ class PushdownPool:
     max_configs: int
     lanes: int
 
+    single_pair_path = False  # always run batched: see `pushdown_advance`
+
     def lr_actions(self) -> LRActions:
         return LRActions(self.packed_action, self.goto)
 

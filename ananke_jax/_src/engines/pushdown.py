@@ -120,6 +120,8 @@ class PushdownGrammar(Constraint):
         """The state before any token: one configuration, the LR start state on the stack."""
         return pushdown_init(self, self.lr_start, self.lexer_start)
 
+    single_pair_path = True  # see `pushdown_advance`
+
     def lr_actions(self) -> LRActions:
         """The LR tables in the form the simulations read them (derived once per step)."""
         return LRActions(pack_actions(self.action_kind, self.action_arg, self.rule_lhs, self.rule_length), self.goto)
@@ -269,10 +271,11 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
     """The state after ``token`` (int32[]): every configuration follows every valid outcome of the
     token; the survivors (deduplicated, at most K, in order) form the new state.
 
-    The valid (configuration, outcome) pairs are gathered first and followed K at a time (one
-    loop trip for the usual single pair), so a step costs what its valid pairs cost, not K times
-    the largest outcome set. No `lax.cond` picks a path per state: under `vmap` a cond runs both
-    branches on every operand broadcast to the batch, tables included.
+    The valid (configuration, outcome) pairs are gathered first and followed K at a time, so a
+    step costs what its valid pairs cost, not K times the largest outcome set; with
+    ``cg.single_pair_path`` the usual single pair skips the deduplication. Under `vmap` a
+    `lax.cond` on a per-state predicate runs both branches with every operand broadcast to the
+    batch, tables included, so tables that always run batched (the pool's) turn it off.
     """
     token = jnp.asarray(token, jnp.int32)
     is_eos = is_allowed(cg.eos_mask, token)
@@ -298,8 +301,18 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
         kept = jax.tree_util.tree_map(lambda a, b: a.at[position].set(b, mode="drop"), kept, made)
         return r + 1, kept, live.at[position].set(True, mode="drop"), overflow | (fresh & (position >= k)).any()
 
-    init = (jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow)  # no round for EOS or a forbidden token
-    kept, live, overflow = jax.lax.while_loop(lambda c: c[0] * k < count, round_, init)[1:]
+    def one_pair():
+        """The usual step: one valid pair makes the only configuration (no deduplication)."""
+        kept = jax.tree_util.tree_map(lambda e, x: e.at[0].set(x), empty, follow(pairs[0], True))
+        return kept, jnp.arange(k) == 0, state.overflow
+
+    def rounds():
+        init = (jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow)  # no round for EOS or a forbidden token
+        return jax.lax.while_loop(lambda c: c[0] * k < count, round_, init)[1:]
+
+    # A static choice: tables meant for one state at a time take the cheaper single-pair path;
+    # pooled tables, always run batched, take the rounds alone (a vmapped cond would run both).
+    kept, live, overflow = jax.lax.cond(count == 1, one_pair, rounds) if cg.single_pair_path else rounds()
     # A configuration the state already had keeps its verdicts: they depend on it alone.
     match = _same(kept, _Configs(state.stacks, state.depth, state.lexer)) & live[:, None] & state.live[None, :]
     known, source = match.any(axis=1), jnp.argmax(match, axis=1)
