@@ -188,10 +188,11 @@ def _git(*args: str) -> str:
 
 
 def git_info() -> dict:
-    """The short commit hash, and whether tracked files differ from it (results written into
-    bench/results/ are untracked, so they do not count)."""
+    """The short commit hash, and whether tracked files other than the records in bench/results/
+    (which earlier runs rewrite) differ from it."""
     try:
-        return {"commit": _git("rev-parse", "--short", "HEAD"), "dirty": bool(_git("status", "--porcelain", "--untracked-files=no"))}
+        changed = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/results")
+        return {"commit": _git("rev-parse", "--short", "HEAD"), "dirty": bool(changed)}
     except (OSError, subprocess.CalledProcessError):
         return {"commit": None, "dirty": None}
 
