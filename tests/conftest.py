@@ -56,6 +56,11 @@ def smollm2_gguf() -> str:
 
 # Strict shapes and dtypes, as equinox's tests do: an accidental broadcast is a bug.
 jax.config.update("jax_numpy_rank_promotion", "raise")
+# One persistent compilation cache for the run: the xdist workers, and tests that build the same
+# program (a model step, a pool's writes), compile it once.
+_CACHE = os.environ.get("ANANKE_TEST_JAX_CACHE", os.path.join(os.path.dirname(__file__), os.pardir, ".pytest_cache", "jax"))
+jax.config.update("jax_compilation_cache_dir", _CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,7 @@ TINY = PoolCapacity(
     regular_grammars=8,
     regular_states=4096,
     regular_transitions=1 << 18,
+    outcome_terminals=128,
     regular_rows=512,
     pushdown_grammars=4,
     lexer_states=512,
