@@ -55,6 +55,8 @@ def _walk_equal(pool: GrammarPool, handle, grammar, vocab, rng, steps=24):
     pooled = pool.constraint(handle)
     ps, gs = pooled.init_state(), grammar.init_state()
     for _ in range(steps):
+        if isinstance(gs, aj.PushdownState) and bool(gs.overflow):
+            return  # the grammar's own stack depth ran out; the pool's deeper one refuses less
         pm, gm = np.asarray(_mask(pooled, ps)), np.asarray(_mask(grammar, gs))
         np.testing.assert_array_equal(pm, gm)
         assert bool(pooled.accepts(ps)) == bool(grammar.accepts(gs))
