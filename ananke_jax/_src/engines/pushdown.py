@@ -156,11 +156,11 @@ class PushdownGrammar(Constraint):
         )
 
 
-_META = ["vocab_size", "logits_width", "stack_depth", "max_configs", "lanes"]
+STATIC_FIELDS = ["vocab_size", "logits_width", "stack_depth", "max_configs", "lanes"]
 jax.tree_util.register_dataclass(
     PushdownGrammar,
-    data_fields=[f.name for f in dataclasses.fields(PushdownGrammar) if f.name not in _META],
-    meta_fields=_META,
+    data_fields=[f.name for f in dataclasses.fields(PushdownGrammar) if f.name not in STATIC_FIELDS],
+    meta_fields=STATIC_FIELDS,
 )
 
 

@@ -24,7 +24,7 @@ from ananke_jax._src.compile.cfg import EMPTY_SET
 from ananke_jax._src.compile.outcome_trie import NO_CHUNK, chunk_layout
 from ananke_jax._src.engines.lr import REDUCE, SHIFT
 from ananke_jax._src.engines.pooled import Pooled, PoolTables, PushdownPool, RegularPool
-from ananke_jax._src.engines.pushdown import PushdownGrammar
+from ananke_jax._src.engines.pushdown import STATIC_FIELDS, PushdownGrammar
 from ananke_jax._src.engines.regular import RegularGrammar
 from ananke_jax._src.errors import AnankeError
 
@@ -487,7 +487,7 @@ class GrammarPool:
         return _Member(self._handle(member), "", 1, ranges, rows)
 
     def _admit_pushdown(self, g: PushdownGrammar) -> _Member:
-        cap, host = self.capacity, {f.name: np.asarray(getattr(g, f.name)) for f in dataclasses.fields(g) if f.name not in _STATIC}
+        cap, host = self.capacity, {f.name: np.asarray(getattr(g, f.name)) for f in dataclasses.fields(g) if f.name not in STATIC_FIELDS}
         lexer_states, lr_states = host["class_set"].shape[0], host["action_kind"].shape[0]
         parents = trie_parents(g)
         nodes = max((len(p) for p in parents), default=0) + cap.lanes
@@ -571,9 +571,6 @@ class GrammarPool:
         self._write("pushdown", "lexer_start", np.asarray([member]), np.asarray([int(host["lexer_start"]) + base["lexer states"]]))
         log.debug("admitted a pushdown grammar: %s", {a: n for a, (_, n) in ranges.items()})
         return _Member(self._handle(cap.regular_grammars + member), "", 1, ranges, host["mask_rows"])
-
-
-_STATIC = ("vocab_size", "logits_width", "stack_depth", "max_configs", "lanes")
 
 
 def _pad(x: np.ndarray, row_shape: tuple[int, ...], fill) -> np.ndarray:
