@@ -352,6 +352,7 @@ class GrammarPool:
                 stack_depth=self.capacity.stack_depth,
                 max_configs=self.capacity.max_configs,
                 lanes=self.capacity.lanes,
+                rows_in_turn=self._eos_mask.devices().pop().platform == "cpu",  # see `PushdownPool`
             ),
             free_mask=self._free_mask,
             fallback_token=np.int32(self._eos[0]),
