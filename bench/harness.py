@@ -29,7 +29,7 @@ import numpy as np
 import ananke_jax as aj
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+RESULTS = pathlib.Path(os.environ.get("ANANKE_BENCH_RESULTS", ROOT / "bench" / "results"))
 PEERS = ("xgrammar", "llguidance", "outlines-core", "torch")
 _START = time.perf_counter()
 
@@ -193,8 +193,8 @@ def git_info() -> dict:
     try:
         changed = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/results")
         return {"commit": _git("rev-parse", "--short", "HEAD"), "dirty": bool(changed)}
-    except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "dirty": None}
+    except (OSError, subprocess.CalledProcessError):  # a copy without .git: the commit, if the caller says it
+        return {"commit": os.environ.get("ANANKE_BENCH_COMMIT"), "dirty": None}
 
 
 def versions() -> dict:
@@ -231,7 +231,8 @@ def _dumps(value, indent: str = "") -> str:
 
 
 def record(name: str, args: argparse.Namespace, results: dict, directory: pathlib.Path = RESULTS) -> pathlib.Path:
-    """Write ``<directory>/<name>.json``: `metadata`, the command line and its arguments, the
+    """Write ``<directory>/<name>.json`` (``<name>@<backend>.json`` when jax runs on an
+    accelerator, so that a GPU's record sits beside the CPU's): `metadata`, the command line and its arguments, the
     seconds since the script started, and ``results`` (its `Table` values as dicts).
 
     Args:
@@ -252,7 +253,8 @@ def record(name: str, args: argparse.Namespace, results: dict, directory: pathli
         "results": {key: [t.to_json() if isinstance(t, Table) else t for t in values] for key, values in results.items()},
     }
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{name}.json"
+    backend = data["machine"]["jax_backend"]
+    path = directory / (f"{name}.json" if backend == "cpu" else f"{name}@{backend}.json")
     path.write_text(_dumps(data) + "\n", encoding="utf-8")
     for row in data["results"].get("headline", []):
         print(f"# headline: {row['what']}: {row['figure']}")

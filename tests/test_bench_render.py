@@ -58,6 +58,21 @@ def test_render_shows_tables_and_provenance(bench, record, tmp_path):
     assert "How it measures it." in page
     assert "| batch | engine | ms | ratio |\n| ---: | --- | ---: | ---: |\n| 1 | ours | 1.23 | 0.500 |\n| 8 | a\\|b | - | - |" in page
     assert "**Quick run**" in page and "A note." in page and "- failure: none" in page
+
+
+def test_an_accelerator_record_renders_beside_the_cpu_one(bench, record, tmp_path):
+    _, render = bench
+    gpu = json.loads(json.dumps(record))
+    gpu["machine"] |= {"jax_backend": "gpu", "device_kind": "NVIDIA H200"}
+    gpu["results"]["tables"][0]["rows"][0][2] = 0.042
+    (tmp_path / "demo@gpu.json").write_text(json.dumps(gpu), encoding="utf-8")
+    records = render.load_records(tmp_path)
+    assert render.ordered([*records, "cfg", "step"]) == ["step", "cfg", "demo", "demo@gpu"]
+    page = render.render(records, {"demo": ["What demo measures.", "How it measures it."]})
+    cpu, accelerator = page.split("## demo: `python")[1:]
+    assert "on NVIDIA H200" in accelerator.split("\n")[0] and "on NVIDIA" not in cpu.split("\n")[0]
+    assert "| 1 | ours | 1.23 | 0.500 |" in cpu and "| 1 | ours | 0.04 | 0.500 |" in accelerator
+    assert "How it measures it." in cpu and "How it measures it." in accelerator
     assert f"commit {record['git']['commit']}" in page and record["date"][:10] in page
     assert f"jax {record['versions']['jax']}" in page
     assert "## other: `python bench/other.py`" in render.render({}, {"other": ["What other measures."]})  # no record yet
