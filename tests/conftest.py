@@ -65,9 +65,7 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 # expensive optimisation passes (which change speed, not results) the suite takes about 15% less.
 jax.config.update("jax_disable_most_optimizations", True)
 # Tests that start a Python subprocess (the CLI, 8 host devices, a fresh process) do the same.
-os.environ.update(
-    JAX_COMPILATION_CACHE_DIR=_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5", JAX_DISABLE_MOST_OPTIMIZATIONS="1"
-)
+os.environ.update(JAX_COMPILATION_CACHE_DIR=_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5", JAX_DISABLE_MOST_OPTIMIZATIONS="1")
 
 
 @pytest.fixture(scope="session")
