@@ -231,7 +231,7 @@ def _dumps(value, indent: str = "") -> str:
 
 
 def record(name: str, args: argparse.Namespace, results: dict, directory: pathlib.Path = RESULTS) -> pathlib.Path:
-    """Write ``<directory>/<name>.json`` (``<name>@<backend>.json`` when jax runs on an
+    """Write ``<directory>/<name>.json`` (``<name>.<backend>.json`` when jax runs on an
     accelerator, so that a GPU's record sits beside the CPU's): `metadata`, the command line and its arguments, the
     seconds since the script started, and ``results`` (its `Table` values as dicts).
 
@@ -254,7 +254,7 @@ def record(name: str, args: argparse.Namespace, results: dict, directory: pathli
     }
     directory.mkdir(parents=True, exist_ok=True)
     backend = data["machine"]["jax_backend"]
-    path = directory / (f"{name}.json" if backend == "cpu" else f"{name}@{backend}.json")
+    path = directory / (f"{name}.json" if backend == "cpu" else f"{name}.{backend}.json")
     path.write_text(_dumps(data) + "\n", encoding="utf-8")
     for row in data["results"].get("headline", []):
         print(f"# headline: {row['what']}: {row['figure']}")

@@ -61,13 +61,13 @@ def script_docs(bench: pathlib.Path = ROOT / "bench") -> dict[str, list[str]]:
 
 def load_records(directory: pathlib.Path) -> dict[str, dict]:
     """``{key: record}`` for the records in ``directory``, keyed by file name: the script's name,
-    then ``@<backend>`` for a record measured on an accelerator (see `harness.record`)."""
+    then ``.<backend>`` for a record measured on an accelerator (see `harness.record`)."""
     return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(directory.glob("*.json"))}
 
 
 def script(key: str) -> str:
-    """The script a record's key names (``serving@gpu`` -> ``serving``)."""
-    return key.split("@")[0]
+    """The script a record's key names (``serving.gpu`` -> ``serving``)."""
+    return key.split(".")[0]
 
 
 def ordered(keys) -> list[str]:

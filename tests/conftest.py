@@ -64,6 +64,22 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 # Most of the suite's time is XLA compiling programs that then run a few steps: without XLA's
 # expensive optimisation passes (which change speed, not results) the suite takes about 15% less.
 jax.config.update("jax_disable_most_optimizations", True)
+
+
+@pytest.fixture(autouse=True)
+def _xla_optimizations(request):
+    """Tests marked ``xla_optimized`` run long programs (thousands of sampling steps over wide
+    logits), where XLA's optimisation passes pay for themselves."""
+    if request.node.get_closest_marker("xla_optimized") is None:
+        yield
+        return
+    jax.config.update("jax_disable_most_optimizations", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_disable_most_optimizations", True)
+
+
 # Tests that start a Python subprocess (the CLI, 8 host devices, a fresh process) do the same.
 os.environ.update(JAX_COMPILATION_CACHE_DIR=_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5", JAX_DISABLE_MOST_OPTIMIZATIONS="1")
 

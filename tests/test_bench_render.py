@@ -65,9 +65,9 @@ def test_an_accelerator_record_renders_beside_the_cpu_one(bench, record, tmp_pat
     gpu = json.loads(json.dumps(record))
     gpu["machine"] |= {"jax_backend": "gpu", "device_kind": "NVIDIA H200"}
     gpu["results"]["tables"][0]["rows"][0][2] = 0.042
-    (tmp_path / "demo@gpu.json").write_text(json.dumps(gpu), encoding="utf-8")
+    (tmp_path / "demo.gpu.json").write_text(json.dumps(gpu), encoding="utf-8")
     records = render.load_records(tmp_path)
-    assert render.ordered([*records, "cfg", "step"]) == ["step", "cfg", "demo", "demo@gpu"]
+    assert render.ordered([*records, "cfg", "step"]) == ["step", "cfg", "demo", "demo.gpu"]
     page = render.render(records, {"demo": ["What demo measures.", "How it measures it."]})
     cpu, accelerator = page.split("## demo: `python")[1:]
     assert "on NVIDIA H200" in accelerator.split("\n")[0] and "on NVIDIA" not in cpu.split("\n")[0]

@@ -59,6 +59,7 @@ def test_nnx_decode_loop_ends_with_eos_then_padding(nnx_example, nnx_prepared):
     assert all(0 <= t < len(vocab) and t != eos for t in tokens[:end])
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_think_then_json_reasons_then_answers_with_the_preferred_city(tekken_path):
     example = _load("think_then_json")

@@ -69,6 +69,7 @@ def _validate(schema, text):
     jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER).validate(instance)
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 def test_regular_schemas_round_trip_through_a_bank_under_jit_vmap_and_scan(real_vocab):
     """Regular schemas stacked in one bank: one jitted, vmapped scan generates for each. All of
@@ -91,6 +92,7 @@ def test_regular_schemas_round_trip_through_a_bank_under_jit_vmap_and_scan(real_
     assert all(finished.values()), [n for n, k in finished.items() if not k]
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(RECURSIVE))
 def test_recursive_schemas_round_trip_through_the_pushdown_engine(name, real_vocab):

@@ -2,9 +2,11 @@
 admission compiles nothing, identical tables are stored once, space is freed and reused, and
 bad input gets a clear error."""
 
+import functools
 import json
 import pathlib
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -113,6 +115,34 @@ def test_admission_compiles_nothing_and_batches_mix_engines(sentencepiece_vocab)
         np.testing.assert_array_equal(masks[row], np.asarray(_mask(g, g.init_state())))
     free = np.unpackbits(masks[-1].view(np.uint8), bitorder="little")
     assert free[: len(vocab)].all() and not free[len(vocab) :].any()
+
+
+def test_batches_told_whether_pushdown_rows_are_in_them_step_as_those_that_look(sentencepiece_vocab):
+    """The engine tells the batch methods whether a pushdown row is in the batch (no predicate
+    read on the device); told True for any batch, or False for one without pushdown rows, they
+    step as the methods that decide on the device."""
+    vocab = sentencepiece_vocab
+    pool = _pool(vocab)
+    grammars = _constraints(vocab)
+    handles = [pool.add(g) for g in grammars]
+    regular = [h.index for h, g in zip(handles, grammars) if isinstance(g, aj.RegularGrammar)]
+    assert regular and len(regular) < len(handles)
+    tables = pool.tables
+
+    def step(t, told, states, key):
+        """Mask, draw an allowed token from random logits, advance."""
+        masks = t.batch_token_mask(states, told)
+        tokens = jnp.argmax(aj.apply_mask(jax.random.normal(key, (masks.shape[0], t.logits_width)), masks), axis=1).astype(jnp.int32)
+        return t.batch_advance(states, tokens, told), (masks, tokens)
+
+    walk = jax.jit(
+        lambda t, h, told: jax.lax.scan(functools.partial(step, t, told), t.batch_start(h), jax.random.split(jax.random.key(0), 8)),
+        static_argnames="told",
+    )
+    for rows, flags in (([h.index for h in handles] + [-1], (None, True)), (regular + [-1], (None, True, False))):
+        runs = [walk(tables, jnp.asarray(rows, jnp.int32), told) for told in flags]
+        for run in runs[1:]:
+            chex.assert_trees_all_equal(run, runs[0])
 
 
 def test_identical_tables_are_stored_once_and_freed_with_the_last_reference(sentencepiece_vocab):

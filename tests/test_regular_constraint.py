@@ -176,6 +176,7 @@ def _generate(cg, key, bias, steps, params):
     return tokens, done, state
 
 
+@pytest.mark.xla_optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("pattern", REGEXES[::2])
 def test_random_logit_generation_under_jit_and_scan_matches_re(pattern, real_vocab):

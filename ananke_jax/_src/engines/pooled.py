@@ -145,7 +145,10 @@ class PoolTables:
 
     Per request (``state`` a `PooledState`) the methods follow the `Constraint` protocol; the
     ``batch_`` methods take a batch of states and run the pushdown engine only when some row
-    needs it (one `lax.cond` for the batch), so a batch of regular rows costs a gather or two.
+    needs it, so a batch of regular rows costs a gather or two. Their ``pushdown`` argument
+    (static) says whether it runs: None decides on the device (one `lax.cond` for the batch,
+    whose predicate an accelerator reads back each step); a caller that knows its rows' handles
+    (`ananke_jax.serving.Engine` does) passes True or False and no predicate is read.
 
     Attributes:
       regular: `RegularPool`; pushdown: `PushdownPool`.
@@ -220,14 +223,20 @@ class PoolTables:
 
     # --- a batch of requests -------------------------------------------------------------------
 
-    def _any_pushdown(self, states: PooledState) -> jax.Array:
-        return (self.kind(states.handle) == PUSHDOWN).any()
+    def _if_pushdown(self, states: PooledState, pushdown: bool | None, run, otherwise):
+        """``run()`` if some row of ``states`` is on a pushdown member, else ``otherwise()``;
+        ``pushdown`` (static) says which, or None: decide on the device."""
+        if pushdown is None:
+            return jax.lax.cond((self.kind(states.handle) == PUSHDOWN).any(), run, otherwise)
+        return run() if pushdown else otherwise()
 
-    def batch_token_mask(self, states: PooledState) -> jax.Array:
-        """uint32[B, W]: `token_mask` of each row; the pushdown engine runs only if a row needs it."""
+    def batch_token_mask(self, states: PooledState, pushdown: bool | None = None) -> jax.Array:
+        """uint32[B, W]: `token_mask` of each row; the pushdown engine runs only if a row needs
+        it (``pushdown``: see the class)."""
         words = self.free_mask.shape[-1]
-        pushdown = jax.lax.cond(
-            self._any_pushdown(states),
+        pushdown = self._if_pushdown(
+            states,
+            pushdown,
             lambda: jax.vmap(pushdown_mask, in_axes=(None, 0))(self.pushdown, states.pushdown),
             lambda: jnp.zeros((states.handle.shape[0], words), jnp.uint32),
         )
@@ -235,22 +244,23 @@ class PoolTables:
             states, jnp.broadcast_to(self.free_mask, pushdown.shape), jax.vmap(self._regular_mask)(states), pushdown
         )
 
-    def batch_advance(self, states: PooledState, tokens: jax.Array) -> PooledState:
+    def batch_advance(self, states: PooledState, tokens: jax.Array, pushdown: bool | None = None) -> PooledState:
         """`advance` of each row by its token (int32[B]); the pushdown engine runs only if a row
-        needs it."""
+        needs it (``pushdown``: see the class)."""
         if self.pushdown.rows_in_turn:
             each = lambda: jax.lax.map(lambda row: pushdown_advance(self.pushdown, *row), (states.pushdown, tokens))
         else:
             each = lambda: jax.vmap(pushdown_advance, in_axes=(None, 0, 0))(self.pushdown, states.pushdown, tokens)
-        pushdown = jax.lax.cond(self._any_pushdown(states), each, lambda: states.pushdown)
+        pushdown = self._if_pushdown(states, pushdown, each, lambda: states.pushdown)
         return PooledState(states.handle, jax.vmap(self._regular_advance)(states, tokens), pushdown)
 
     def batch_start(self, handles: jax.Array) -> PooledState:
         """`start` of each handle (int32[B]); the pushdown engine runs only if a row needs it."""
         handles = jnp.asarray(handles, jnp.int32)
         empty = jax.vmap(lambda h: PooledState(h, self.regular.start[self._member(h)[0]], _empty(self.pushdown)))(handles)
-        return jax.lax.cond(
-            self._any_pushdown(empty),
+        return self._if_pushdown(
+            empty,
+            None,
             lambda: jax.vmap(self.start)(handles),
             lambda: empty._replace(node=jnp.where(self.kind(handles) == REGULAR, empty.node, DEAD)),
         )

@@ -12,6 +12,7 @@ parameters and handles are arrays.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -160,7 +161,8 @@ class Engine:
         self._running.clear()
         self._done.clear()
         self._slots = self._slots._replace(active=self._slots.active & False)
-        self._slots = self._decode(self._params, self.pool.tables, self._slots)[0]
+        for decode in self._decode.values():
+            self._slots = decode(self._params, self.pool.tables, self._slots)[0]
 
     @property
     def compilations(self) -> int:
@@ -230,7 +232,8 @@ class Engine:
         events, self._done = self._done, []
         if events or not self._running:  # new requests' first tokens go out before the next decode
             return events
-        self._slots, tokens, reasons = self._decode(self._params, self.pool.tables, self._slots)
+        pushdown = any(r.handle is not None and r.handle.index >= self.pool.capacity.regular_grammars for r in self._running.values())
+        self._slots, tokens, reasons = self._decode[pushdown](self._params, self.pool.tables, self._slots)
         tokens, reasons = np.asarray(tokens), np.asarray(reasons)  # [n, S]
         for slot, request in list(self._running.items()):
             emitted = [int(t) for t, r in zip(tokens[:, slot], reasons[:, slot]) if t >= 0]
@@ -293,12 +296,13 @@ def _slot_sharding(mesh, slots: _Slots):
     return jax.tree_util.tree_map(spec, slots)
 
 
-def _pick(tables: PoolTables, s: _Slots, logits, eos_ids):
+def _pick(tables: PoolTables, s: _Slots, logits, eos_ids, pushdown: bool | None):
     """Draw each row's next token from ``logits`` (float[B, V]) under its constraint and sampling
-    parameters, and decide how the row goes on. Returns (token int32[B] (-1: none emitted),
+    parameters, and decide how the row goes on. ``pushdown`` (static): whether a row may be on a
+    pushdown member (None: decide on the device). Returns (token int32[B] (-1: none emitted),
     finish reason int32[B] (`RUNNING` for rows still going or inactive), the slots with states
     advanced and the emitted tokens pending for the model)."""
-    masks = tables.batch_token_mask(s.states)
+    masks = tables.batch_token_mask(s.states, pushdown)
     keys = jax.vmap(lambda raw, n: jax.random.fold_in(jax.random.wrap_key_data(raw), n))(s.keys, s.generated)
     token = sample_rows(apply_mask(logits, masks), keys, s.sampling, eos_ids[0])
     is_eos = (token[:, None] == eos_ids[None, :]).any(axis=1)
@@ -310,7 +314,7 @@ def _pick(tables: PoolTables, s: _Slots, logits, eos_ids):
     emits = s.active & (reason == RUNNING)
     reason = jnp.where(emits & (s.generated + 1 >= s.budget), LENGTH, reason)
     done = s.active & (reason != RUNNING)
-    advanced = tables.batch_advance(s.states, jnp.where(emits, token, 0))
+    advanced = tables.batch_advance(s.states, jnp.where(emits, token, 0), pushdown)
     s = s._replace(
         states=jax.tree_util.tree_map(lambda new, old: jnp.where(_rows(emits, new), new, old), advanced, s.states),
         pending=jnp.where(emits, token, s.pending),
@@ -321,19 +325,21 @@ def _pick(tables: PoolTables, s: _Slots, logits, eos_ids):
 
 
 def _compiled(step_fn, eos: np.ndarray, steps: int, mesh, slots: _Slots):
-    """The jitted decode (``steps`` tokens per slot) and prefill (one slot, and its first token)
-    functions; with a mesh, slot arrays stay sharded over its first axis."""
+    """The jitted decode functions (``steps`` tokens per slot), by whether a slot may be on a
+    pushdown member (the host knows: no predicate is read on the device), and the prefill
+    function (one slot, and its first token); with a mesh, slot arrays stay sharded over its
+    first axis."""
     eos_ids = jnp.asarray(eos)
 
-    def decode_once(params, tables: PoolTables, s: _Slots):
+    def decode_once(params, tables: PoolTables, s: _Slots, pushdown: bool):
         """The model over each active row's pending token, then the next token of every row."""
         logits, cache = step_fn(params, s.cache, s.pending[:, None], jnp.where(s.active, s.position, cache_length(s.cache))[:, None])
         s = s._replace(cache=cache, position=s.position + s.active)
-        token, reason, s = _pick(tables, s, logits[:, 0], eos_ids)
+        token, reason, s = _pick(tables, s, logits[:, 0], eos_ids, pushdown)
         return s, (token, reason)
 
-    def decode(params, tables, s: _Slots):
-        s, (tokens, reasons) = jax.lax.scan(lambda c, _: decode_once(params, tables, c), s, None, length=steps)
+    def decode(params, tables, s: _Slots, pushdown: bool):
+        s, (tokens, reasons) = jax.lax.scan(lambda c, _: decode_once(params, tables, c, pushdown), s, None, length=steps)
         return s, tokens, reasons
 
     def prefill(params, tables: PoolTables, s: _Slots, start: PooledState, tokens, length, slot, budget, sampling, key):
@@ -351,14 +357,10 @@ def _compiled(step_fn, eos: np.ndarray, steps: int, mesh, slots: _Slots):
             sampling=sampling,
             keys=key[None],
         )
-        token, reason, one = _pick(tables, one, logits[:, length - 1], eos_ids)
+        token, reason, one = _pick(tables, one, logits[:, length - 1], eos_ids, None)
         merged = jax.tree_util.tree_map(put, s._replace(cache=None), one)
         return merged._replace(cache=jax.tree_util.tree_map(put, s.cache, row)), token[0], reason[0]
 
-    if mesh is None:
-        return jax.jit(decode, donate_argnums=2), jax.jit(prefill, donate_argnums=2)
-    sharded = _slot_sharding(mesh, slots)
-    return (
-        jax.jit(decode, donate_argnums=2, out_shardings=(sharded, None, None)),
-        jax.jit(prefill, donate_argnums=2, out_shardings=(sharded, None, None)),
-    )
+    shardings = {} if mesh is None else {"out_shardings": (_slot_sharding(mesh, slots), None, None)}
+    decodes = {pushdown: jax.jit(functools.partial(decode, pushdown=pushdown), donate_argnums=2, **shardings) for pushdown in (False, True)}
+    return decodes, jax.jit(prefill, donate_argnums=2, **shardings)

@@ -187,9 +187,12 @@ def _scatter(buffer: jax.Array, index: jax.Array, values: jax.Array) -> jax.Arra
     return buffer.at[index].set(values, mode="drop")
 
 
-def _chunk_rows(shape) -> int:
-    """Rows written per scatter call into a buffer of ``shape`` (about 1 MiB a call)."""
-    return max(1, min(shape[0], (1 << 18) // max(1, int(np.prod(shape[1:])))))
+def _chunk_rows(shape) -> tuple[int, int]:
+    """Rows written per scatter call into a buffer of ``shape``: a small chunk (about 16 KiB) and
+    a large one (about 1 MiB). An admission sends what it writes, padded to chunks, to the
+    device: small writes (most of them) go in small chunks, the bulk of large ones in large."""
+    row = max(1, int(np.prod(shape[1:])))
+    return max(1, min(shape[0], (1 << 12) // row)), max(1, min(shape[0], (1 << 18) // row))
 
 
 class _Ranges:
@@ -326,11 +329,9 @@ class GrammarPool:
         self._generation = 0
         self._tables: PoolTables | None = None  # the view of the buffers, made again after a write
         for key, buffer in self._buffers.items():  # compile every write now, not on the first add
-            self._buffers[key] = _scatter(
-                buffer,
-                jnp.full(_chunk_rows(buffer.shape), buffer.shape[0], jnp.int32),
-                jnp.zeros((_chunk_rows(buffer.shape), *buffer.shape[1:]), buffer.dtype),
-            )
+            for chunk in set(_chunk_rows(buffer.shape)):
+                buffer = _scatter(buffer, jnp.full(chunk, buffer.shape[0], jnp.int32), jnp.zeros((chunk, *buffer.shape[1:]), buffer.dtype))
+            self._buffers[key] = buffer
 
     # --- the device view ------------------------------------------------------------------------
 
@@ -446,17 +447,20 @@ class GrammarPool:
         return {axis: (self._ranges[axis].take(n), n) for axis, n in needs.items()}
 
     def _write(self, engine: str, field: str, index: np.ndarray, values: np.ndarray) -> None:
-        """Set rows ``index`` of a buffer to ``values``, a chunk of fixed size per call."""
+        """Set rows ``index`` of a buffer to ``values``, in chunks of the two fixed sizes: large
+        ones while more than 4 small ones remain, then small ones."""
         key = (engine, field)
         buffer = self._buffers[key]
-        chunk = _chunk_rows(buffer.shape)
+        small, large = _chunk_rows(buffer.shape)
         values = np.asarray(values, buffer.dtype).reshape(len(index), *buffer.shape[1:])
-        for at in range(0, len(index), chunk):
+        at = 0
+        while at < len(index):
+            chunk = large if len(index) - at > 4 * small else small
             part_index = np.full(chunk, buffer.shape[0], np.int32)
             part_values = np.zeros((chunk, *buffer.shape[1:]), buffer.dtype)
             n = min(chunk, len(index) - at)
             part_index[:n], part_values[:n] = index[at : at + n], values[at : at + n]
-            buffer = _scatter(buffer, part_index, part_values)
+            buffer, at = _scatter(buffer, part_index, part_values), at + n
         self._buffers[key], self._tables = buffer, None
 
     def _handle(self, index: int) -> Handle:
