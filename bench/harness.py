@@ -190,11 +190,13 @@ def _git(*args: str) -> str:
 def git_info() -> dict:
     """The short commit hash, and whether tracked files other than the records in bench/results/
     (which earlier runs rewrite) differ from it."""
+    if os.environ.get("ANANKE_BENCH_COMMIT"):  # a copy of a clean checkout, whose .git may be absent or stale
+        return {"commit": os.environ["ANANKE_BENCH_COMMIT"], "dirty": False}
     try:
         changed = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/results")
         return {"commit": _git("rev-parse", "--short", "HEAD"), "dirty": bool(changed)}
-    except (OSError, subprocess.CalledProcessError):  # a copy without .git: the commit, if the caller says it
-        return {"commit": os.environ.get("ANANKE_BENCH_COMMIT"), "dirty": None}
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
 
 
 def versions() -> dict:
