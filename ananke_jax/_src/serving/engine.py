@@ -232,7 +232,7 @@ class Engine:
         events, self._done = self._done, []
         if events or not self._running:  # new requests' first tokens go out before the next decode
             return events
-        pushdown = any(r.handle is not None and r.handle.index >= self.pool.capacity.regular_grammars for r in self._running.values())
+        pushdown = any(r.handle is not None and self.pool.engine(r.handle) == "pushdown" for r in self._running.values())
         self._slots, tokens, reasons = self._decode[pushdown](self._params, self.pool.tables, self._slots)
         tokens, reasons = np.asarray(tokens), np.asarray(reasons)  # [n, S]
         for slot, request in list(self._running.items()):

@@ -388,6 +388,10 @@ class GrammarPool:
         if member is None or member.handle != handle:
             raise ValueError(f"{handle!r} is not in the pool (it was removed, or comes from another pool)")
 
+    def engine(self, handle: Handle) -> str:
+        """``"regular"`` or ``"pushdown"``: the engine of the member ``handle`` names."""
+        return "regular" if handle.index < self.capacity.regular_grammars else "pushdown"
+
     def add(self, constraint) -> Handle:
         """Admit a compiled grammar (a write into the pool's buffers; nothing compiles).
 
@@ -428,7 +432,7 @@ class GrammarPool:
         del self._members[handle.index], self._by_fingerprint[member.fingerprint]
         for axis, (start, n) in member.ranges.items():
             self._ranges[axis].give(start, n)
-        self._rows["regular" if handle.index < self.capacity.regular_grammars else "pushdown"].give(member.rows)
+        self._rows[self.engine(handle)].give(member.rows)
 
     def _fit(self, needs: dict[str, int], widths: dict[str, tuple[int, int]], engine: str, rows: np.ndarray) -> None:
         """Raise `PoolCapacityError` unless every need and width fits (checked before any write)."""
