@@ -311,6 +311,7 @@ class GrammarPool:
         free_bits = np.zeros(logits_width, bool)
         free_bits[:vocab_size] = True
         self._free_mask = jnp.asarray(pack_bits(free_bits))
+        self._rows_in_turn = self._free_mask.devices().pop().platform == "cpu"  # see `PushdownPool`
         cap = self.capacity
         self._ranges = {
             "regular grammars": _Ranges(cap.regular_grammars),
@@ -353,7 +354,7 @@ class GrammarPool:
                 stack_depth=self.capacity.stack_depth,
                 max_configs=self.capacity.max_configs,
                 lanes=self.capacity.lanes,
-                rows_in_turn=self._eos_mask.devices().pop().platform == "cpu",  # see `PushdownPool`
+                rows_in_turn=self._rows_in_turn,
             ),
             free_mask=self._free_mask,
             fallback_token=np.int32(self._eos[0]),
