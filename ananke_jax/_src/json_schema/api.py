@@ -123,15 +123,28 @@ def compile_json_schema(
     rules = json_schema_rules(
         schema, whitespace=whitespace, strict=strict, allow_additional=allow_additional, max_depth=max_depth, placeholder_gaps=placeholders
     )
+    try:
+        return compile_rules(rules, vocab, gaps=placeholders, stack_depth=4 * max_depth, max_configs=max_configs, engine=engine)
+    except GrammarError as e:
+        raise SchemaError(f"the schema cannot be compiled: {e}") from None
+
+
+def compile_rules(
+    rules: Rules, vocab: Vocabulary, *, gaps: bool, stack_depth: int, max_configs: int, engine: str = "auto"
+) -> RegularGrammar | PushdownGrammar:
+    """Compile rules over regex trees (JSON Schemas, structural tags) for ``vocab``: one token
+    DFA when no rule recurses and ``engine`` is ``"auto"``, else the pushdown engine, recursive
+    rules as nonterminals. ``gaps``: the trees hold placeholder gaps (`gaps.GAP`).
+
+    Raises:
+      SchemaError: the language is empty. GrammarError: the pushdown engine refuses the rules.
+    """
     recursive = recursive_rules(rules)
     if not recursive and engine == "auto":
-        return _compile_regular(inline(rules, set())[rules.start], vocab, gaps=placeholders)
-    if placeholders:
+        return _compile_regular(inline(rules, set())[rules.start], vocab, gaps=gaps)
+    if gaps:
         rules = Rules(rules.start, {name: with_bounded_gaps(body) for name, body in rules.bodies.items()})
-    try:
-        return compile_grammar(to_grammar(rules, recursive), vocab, stack_depth=4 * max_depth, max_configs=max_configs)
-    except GrammarError as e:
-        raise SchemaError(f"the recursive schema cannot be compiled to the pushdown engine: {e}") from None
+    return compile_grammar(to_grammar(rules, recursive), vocab, stack_depth=stack_depth, max_configs=max_configs)
 
 
 def _compile_regular(node: rx.Node, vocab: Vocabulary, *, gaps: bool) -> RegularGrammar:
