@@ -66,6 +66,7 @@ from ananke_jax._src.runtime.sampling import sample as sample
 from ananke_jax._src.runtime.step import constrained_step as constrained_step
 from ananke_jax._src.serialize import load_constraint as load_constraint
 from ananke_jax._src.serialize import save_constraint as save_constraint
+from ananke_jax._src.structural.api import compile_structural_tag as compile_structural_tag
 from ananke_jax._src.vocab import Vocabulary as Vocabulary
 
 __version__ = "0.1.0"
@@ -79,6 +80,7 @@ __all__ = [
     "compile_gbnf",
     "compile_lark",
     "compile_grammar",
+    "compile_structural_tag",
     "unconstrained",
     "draft_tables",
     # the engines' tables and states

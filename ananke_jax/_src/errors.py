@@ -6,7 +6,15 @@ class AnankeError(ValueError):
 
 
 class GrammarError(AnankeError):
-    """A grammar or regex is malformed, uses an unsupported feature, or denotes no string."""
+    """A grammar or regex is malformed, uses an unsupported feature, or denotes no string.
+
+    Where the grammar is a JSON document (a structural tag), the message ends with the JSON
+    pointer of the object at fault, also the attribute ``pointer`` (None elsewhere).
+    """
+
+    def __init__(self, message: str, *, pointer: str | None = None):
+        super().__init__(message if pointer is None else f"{message} at {pointer}")
+        self.pointer = pointer
 
 
 class VocabularyError(AnankeError):
@@ -27,6 +35,7 @@ class SchemaError(AnankeError):
     def __init__(self, message: str, *, keyword: str | None = None, pointer: str = ""):
         where = f" at {pointer or '#'}" + (f" (keyword {keyword!r})" if keyword else "")
         super().__init__(message + where)
+        self.reason = message
         self.keyword = keyword
         self.pointer = pointer or "#"
 

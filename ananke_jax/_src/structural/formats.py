@@ -1,0 +1,352 @@
+"""XGrammar's structural-tag formats to rules over regex trees (host code).
+
+Each format object becomes the regex tree of its plain language; JSON Schemas and grammars
+bring their rules along (renamed apart), so a recursive part keeps its rules and the whole tag
+compiles like a JSON Schema: one token DFA, or the pushdown engine when a rule recurses.
+
+The languages, with T the free text of a format (UTF-8 text without its triggers or excludes):
+
+* ``const_string``: the string; ``regex``: its full matches; ``json_schema``: the JSON texts
+  of the schema, no whitespace around the value; ``grammar``: a GBNF (``::=``) or Lark grammar.
+* ``any_text``: text without ``excludes``; when it ends a tag's content, without the tag's end
+  strings either (the first end closes the tag). ``max_chars`` bounds its code points.
+* ``sequence``, ``or``, ``optional``, ``plus``, ``star``, ``repeat`` (``max: -1`` unbounded).
+* ``tag``: ``begin content end``; ``end`` may be a list of alternatives; ``begin`` and ``end``
+  may be ``{"type": "token", ...}`` naming a special token.
+* ``triggered_tags`` (a tag's begin starts with exactly one trigger): ``T (tag T)*``; with
+  ``at_least_one`` ``tag T (tag T)*``; with ``stop_after_first`` ``T tag?``; with both, one tag.
+* ``tags_with_separator``: ``(tag (sep tag)*)?``; ``at_least_one`` drops the ``?``;
+  ``stop_after_first`` keeps one tag at most.
+* ``dispatch`` (``rules``: ``[pattern, format]`` pairs): ``T (pattern format T)*``; without
+  ``loop``, ``T (pattern format)?``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile.regex import choices_to_dfa, parse_regex, regex_to_dfa
+from ananke_jax._src.errors import GrammarError, SchemaError
+from ananke_jax._src.frontends.gbnf import gbnf_to_ir
+from ananke_jax._src.frontends.lark_frontend import lark_to_ir
+from ananke_jax._src.ir import Grammar
+from ananke_jax._src.json_schema.api import json_schema_rules
+from ananke_jax._src.json_schema.rules import Ref, Rules
+from ananke_jax._src.structural.text import free_text, private_spelling
+from ananke_jax._src.vocab import Vocabulary
+
+TOKEN_LEVEL = {
+    "exclude_token": "a token-level exclusion",
+    "any_tokens": "a token-level run",
+    "token_triggered_tags": "token-level triggers",
+    "token_dispatch": "token-level dispatch",
+    "qwen_xml_parameter": "the Qwen XML parameter style",
+}
+
+
+class StructuralCompiler:
+    """Translates one structural tag; `rules` gives the result.
+
+    Args:
+      vocab: the vocabulary (for special tokens named by ``token`` formats).
+      json_options: keyword options for every ``json_schema`` format (`json_schema_rules`'s).
+    """
+
+    def __init__(self, vocab: Vocabulary, **json_options):
+        self.vocab = vocab
+        self.json_options = json_options
+        self.bodies: dict[str, rx.Node] = {}
+        self.special_ids: list[int] = []  # in the order of their private spellings
+        self._parts = 0
+        self._formats: dict[str, Callable] = {
+            "const_string": self.const_string,
+            "json_schema": self.json_schema,
+            "grammar": self.grammar,
+            "regex": self.regex,
+            "any_text": self.any_text,
+            "sequence": self.sequence,
+            "or": self.either,
+            "optional": lambda f, p, ends: self.repeat({**f, "min": 0, "max": 1}, p, ends),
+            "plus": lambda f, p, ends: self.repeat({**f, "min": 1, "max": -1}, p, ends),
+            "star": lambda f, p, ends: self.repeat({**f, "min": 0, "max": -1}, p, ends),
+            "repeat": self.repeat,
+            "tag": self.tag,
+            "triggered_tags": self.triggered_tags,
+            "tags_with_separator": self.tags_with_separator,
+            "dispatch": self.dispatch,
+            "token": lambda f, p, ends: self.literal(f, p),
+        }
+
+    def rules(self, spec) -> Rules:
+        """The rules of ``spec``: a dict or JSON text, ``{"type": "structural_tag", "format":
+        ...}`` (or the older ``structures`` and ``triggers``) or a bare format object."""
+        if isinstance(spec, (str, bytes)):
+            try:
+                spec = json.loads(spec)
+            except json.JSONDecodeError as e:
+                raise GrammarError(f"invalid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+        if isinstance(spec, dict) and spec.get("type") == "structural_tag":
+            if "format" in spec:
+                root = self.format(spec["format"], "#/format")
+            else:
+                root = self.format(_legacy_format(spec), "#")
+        else:
+            root = self.format(spec, "#")
+        self.bodies["#"] = root
+        return Rules("#", self.bodies)
+
+    # --- formats -----------------------------------------------------------------------------
+
+    def format(self, f, pointer: str, ends: Sequence[bytes] = ()) -> rx.Node:
+        """The language of format ``f`` at ``pointer``; ``ends``: the strings that close the
+        enclosing tag, when ``f`` ends its content."""
+        if not isinstance(f, dict) or not isinstance(f.get("type"), str):
+            raise GrammarError("a format must be an object with a string 'type'", pointer=pointer)
+        kind = f["type"]
+        if kind in TOKEN_LEVEL:
+            raise GrammarError(f"format {kind!r} ({TOKEN_LEVEL[kind]}) is not supported", pointer=pointer)
+        if kind not in self._formats:
+            raise GrammarError(f"unknown format type {kind!r}", pointer=pointer)
+        return self._formats[kind](f, pointer, ends)
+
+    def const_string(self, f, pointer, ends) -> rx.Node:
+        return rx.Text(_string(f, "value", pointer))
+
+    def regex(self, f, pointer, ends) -> rx.Node:
+        return _located(lambda: parse_regex(_string(f, "pattern", pointer)), pointer)
+
+    def any_text(self, f, pointer, ends) -> rx.Node:
+        if f.get("max_tokens") is not None:
+            raise GrammarError(
+                "'max_tokens' on any_text is not supported inside a structural tag; use 'max_chars', "
+                "or a token budget on the reasoning prefix (ananke_jax.reasoning_constraint)",
+                pointer=pointer,
+            )
+        max_chars = f.get("max_chars")
+        if max_chars is not None and (not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars < 0):
+            raise GrammarError(f"'max_chars' must be a non-negative integer, got {max_chars!r}", pointer=pointer)
+        excludes = [e.encode("utf-8") for e in _strings(f.get("excludes", []), f"{pointer}/excludes")]
+        return free_text(tuple(dict.fromkeys([*excludes, *ends])), max_chars)
+
+    def json_schema(self, f, pointer, ends) -> rx.Node:
+        if f.get("style", "json") != "json":
+            raise GrammarError(f"json_schema style {f['style']!r} is not supported (only 'json')", pointer=pointer)
+        if f.get("excludes"):
+            raise GrammarError("'excludes' in json_schema strings is not supported", pointer=pointer)
+        if "json_schema" not in f:
+            raise GrammarError("json_schema format needs 'json_schema'", pointer=pointer)
+        options = dict(self.json_options)
+        for field, option in (("any_order", "any_order"), ("max_whitespace_cnt", "max_whitespace")):
+            if f.get(field) is not None:
+                options[option] = f[field]
+        try:
+            rules = json_schema_rules(f["json_schema"], whitespace="flexible", placeholder_gaps=True, **options)
+        except SchemaError as e:
+            raise SchemaError(e.reason, keyword=e.keyword, pointer=f"{pointer}/json_schema{e.pointer[1:]}") from None
+        return self._adopt(rules.bodies, rules.start)
+
+    def grammar(self, f, pointer, ends) -> rx.Node:
+        text = _string(f, "grammar", pointer)
+        ir = _located(lambda: gbnf_to_ir(text) if "::=" in text else lark_to_ir(text), f"{pointer}/grammar")
+        return self._adopt(*_grammar_bodies(ir))
+
+    def sequence(self, f, pointer, ends) -> rx.Node:
+        elements = _list(f, "elements", pointer)
+        last = len(elements) - 1
+        return rx.seq(*[self.format(e, f"{pointer}/elements/{i}", ends if i == last else ()) for i, e in enumerate(elements)])
+
+    def either(self, f, pointer, ends) -> rx.Node:
+        return rx.alt(*[self.format(e, f"{pointer}/elements/{i}", ends) for i, e in enumerate(_list(f, "elements", pointer))])
+
+    def repeat(self, f, pointer, ends) -> rx.Node:
+        lo, hi = f.get("min"), f.get("max")
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (lo, hi)) or lo < 0 or hi < -1 or 0 <= hi < lo:
+            raise GrammarError(f"repeat needs integers 0 <= min <= max (max -1: unbounded), got {lo!r}, {hi!r}", pointer=pointer)
+        if "content" not in f:
+            raise GrammarError(f"{f['type']} format needs 'content'", pointer=pointer)
+        return rx.repeat(self.format(f["content"], f"{pointer}/content", ends), lo, None if hi == -1 else hi)
+
+    def tag(self, f, pointer, ends=()) -> rx.Node:
+        for field in ("begin", "content", "end"):
+            if field not in f:
+                raise GrammarError(f"tag format needs {field!r}", pointer=pointer)
+        end = f["end"]
+        alternatives = end if isinstance(end, list) and end else [end]
+        closing = [self.literal(e, f"{pointer}/end") for e in alternatives]
+        texts = tuple(e.encode("utf-8") for e in alternatives if isinstance(e, str) and e)
+        content = self.format(f["content"], f"{pointer}/content", texts)
+        return rx.seq(self.literal(f["begin"], f"{pointer}/begin"), content, rx.alt(*closing))
+
+    def triggered_tags(self, f, pointer, ends) -> rx.Node:
+        triggers = _strings(_list(f, "triggers", pointer), f"{pointer}/triggers")
+        tags, begins = self._tags(f, pointer)
+        for i, begin in enumerate(begins):
+            matched = [t for t in triggers if begin.startswith(t)]
+            if len(matched) != 1:
+                why = "does not start with any trigger" if not matched else f"starts with several triggers {matched}"
+                raise GrammarError(f"the tag's begin {begin!r} {why}", pointer=f"{pointer}/tags/{i}/begin")
+        text = _text(triggers + _strings(f.get("excludes", []), f"{pointer}/excludes"))
+        one = rx.alt(*tags)
+        at_least_one, stop = _flag(f, "at_least_one", pointer), _flag(f, "stop_after_first", pointer)
+        if at_least_one and stop:
+            return one
+        if stop:
+            return rx.seq(text, rx.optional(one))
+        more = rx.star(rx.seq(one, text))
+        return rx.seq(one, text, more) if at_least_one else rx.seq(text, more)
+
+    def tags_with_separator(self, f, pointer, ends) -> rx.Node:
+        tags, _ = self._tags(f, pointer)
+        separator = rx.Text(_string(f, "separator", pointer))
+        one = rx.alt(*tags)
+        at_least_one, stop = _flag(f, "at_least_one", pointer), _flag(f, "stop_after_first", pointer)
+        some = one if stop else rx.seq(one, rx.star(rx.seq(separator, one)))
+        return some if at_least_one else rx.optional(some)
+
+    def dispatch(self, f, pointer, ends) -> rx.Node:
+        rules = _list(f, "rules", pointer)
+        patterns, branches = [], []
+        for i, rule in enumerate(rules):
+            where = f"{pointer}/rules/{i}"
+            if not (isinstance(rule, (list, tuple)) and len(rule) == 2 and isinstance(rule[0], str) and rule[0]):
+                raise GrammarError("a dispatch rule must be a [pattern, format] pair with a non-empty pattern", pointer=where)
+            patterns.append(rule[0])
+            branches.append(rx.seq(rx.Text(rule[0]), self.format(rule[1], f"{where}/1")))
+        _check_prefix_free(patterns, f"{pointer}/rules", "pattern", "/0")
+        text = _text(patterns + _strings(f.get("excludes", []), f"{pointer}/excludes"))
+        one = rx.alt(*branches)
+        if f.get("loop", True):
+            return rx.seq(text, rx.star(rx.seq(one, text)))
+        return rx.seq(text, rx.optional(one))
+
+    # --- pieces ------------------------------------------------------------------------------
+
+    def literal(self, value, pointer: str) -> rx.Node:
+        """A begin or end: a string, or a ``token`` format naming a special token."""
+        if isinstance(value, str):
+            return rx.Text(value)
+        if not (isinstance(value, dict) and value.get("type") == "token"):
+            raise GrammarError("expected a string or a token format", pointer=pointer)
+        token = self._special_token(value.get("token"), pointer)
+        if token not in self.special_ids:
+            self.special_ids.append(token)
+        return rx.Automaton(choices_to_dfa([private_spelling(self.special_ids.index(token))]))
+
+    def _special_token(self, token, pointer: str) -> int:
+        special = self.vocab.special_token_ids - set(self.vocab.eos_token_ids)
+        if isinstance(token, int) and not isinstance(token, bool):
+            if token in special:
+                return token
+            raise GrammarError(f"token {token} is not a special token of the vocabulary (EOS aside)", pointer=pointer)
+        if isinstance(token, str):
+            ids = [i for i in sorted(special) if self.vocab.tokens[i] == token.encode("utf-8")]
+            if ids:
+                return ids[0]
+            raise GrammarError(f"{token!r} is not a special token of the vocabulary; write ordinary text as a string", pointer=pointer)
+        raise GrammarError(f"'token' must be a token id or a token's text, got {token!r}", pointer=pointer)
+
+    def _tags(self, f, pointer: str) -> tuple[list[rx.Node], list[str]]:
+        """The nodes of ``f["tags"]`` and their begins (strings), refusing ambiguous begins."""
+        tags = _list(f, "tags", pointer)
+        nodes, begins = [], []
+        for i, t in enumerate(tags):
+            where = f"{pointer}/tags/{i}"
+            if not (isinstance(t, dict) and t.get("type", "tag") == "tag"):
+                raise GrammarError("expected a tag format", pointer=where)
+            if not isinstance(t.get("begin"), str):
+                raise GrammarError("a tag here needs a string 'begin'", pointer=f"{where}/begin")
+            nodes.append(self.tag(t, where))
+            begins.append(t["begin"])
+        _check_prefix_free(begins, f"{pointer}/tags", "begin", "/begin")
+        return nodes, begins
+
+    def _adopt(self, bodies: dict[str, rx.Node], start: str) -> rx.Node:
+        """Take rules in under fresh names; a `Ref` to the start."""
+        self._parts += 1
+        prefix = f"#{self._parts}/"
+
+        def rename(leaf):
+            return Ref(prefix + leaf.name) if isinstance(leaf, Ref) else leaf
+
+        for name, body in bodies.items():
+            self.bodies[prefix + name] = rx.map_leaves(body, rename)
+        return Ref(prefix + start)
+
+
+def _grammar_bodies(ir: Grammar) -> tuple[dict[str, rx.Node], str]:
+    """A grammar IR as rule bodies: terminals as automata, each followed by the ignored ones (which
+    may also open the text)."""
+    ignored = rx.star(rx.alt(*[rx.Automaton(_terminal_dfa(t)) for t in ir.terminals if t.name in ir.ignore]))
+    terminals = {t.name: rx.seq(rx.Automaton(_terminal_dfa(t)), ignored) for t in ir.terminals}
+    bodies = {
+        name: rx.alt(*[rx.seq(*[terminals[s] if s in terminals else Ref(s) for s in r.expansion]) for r in ir.rules_of(name)])
+        for name in ir.nonterminals
+    }
+    bodies["start"] = rx.seq(ignored, Ref(ir.start))
+    return bodies, "start"
+
+
+def _terminal_dfa(terminal):
+    return terminal.dfa if terminal.dfa is not None else regex_to_dfa(terminal.regex)
+
+
+def _legacy_format(spec: dict) -> dict:
+    """The older ``{"structures": [{"begin", "schema", "end"}], "triggers": [...]}`` form."""
+    structures = spec.get("structures")
+    if not isinstance(structures, list):
+        raise GrammarError("a structural tag needs 'format' (or the older 'structures' and 'triggers')", pointer="#")
+    tags = [
+        {"type": "tag", "begin": s.get("begin"), "content": {"type": "json_schema", "json_schema": s.get("schema")}, "end": s.get("end")}
+        for s in structures
+    ]
+    return {"type": "triggered_tags", "triggers": spec.get("triggers"), "tags": tags}
+
+
+def _check_prefix_free(strings: list[str], pointer: str, what: str, suffix: str) -> None:
+    for i, a in enumerate(strings):
+        for j, b in enumerate(strings):
+            if i != j and b.startswith(a) and (a != b or i < j):
+                raise GrammarError(
+                    f"the {what} {b!r} is ambiguous: it starts with the {what} {a!r} of {pointer}/{i}", pointer=f"{pointer}/{j}{suffix}"
+                )
+
+
+def _located(build: Callable, pointer: str):
+    try:
+        return build()
+    except GrammarError as e:
+        raise GrammarError(str(e), pointer=pointer) from None
+
+
+def _string(f: dict, field: str, pointer: str) -> str:
+    value = f.get(field)
+    if not isinstance(value, str):
+        raise GrammarError(f"{f['type']} format needs a string {field!r}", pointer=pointer)
+    return value
+
+
+def _list(f: dict, field: str, pointer: str) -> list:
+    value = f.get(field)
+    if not isinstance(value, list) or not value:
+        raise GrammarError(f"{f['type']} format needs a non-empty list {field!r}", pointer=pointer)
+    return value
+
+
+def _strings(values, pointer: str) -> list[str]:
+    if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
+        raise GrammarError("expected a list of non-empty strings", pointer=pointer)
+    return values
+
+
+def _text(excluded: Sequence[str | bytes]) -> rx.Node:
+    """Free text without the ``excluded`` strings."""
+    return free_text(tuple(dict.fromkeys(e.encode("utf-8") if isinstance(e, str) else e for e in excluded)), None)
+
+
+def _flag(f: dict, field: str, pointer: str) -> bool:
+    value = f.get(field, False)
+    if not isinstance(value, bool):
+        raise GrammarError(f"{field!r} must be true or false, got {value!r}", pointer=pointer)
+    return value

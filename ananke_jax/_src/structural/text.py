@@ -1,0 +1,71 @@
+"""Free text as a regular language, and special tokens spelled so that a language can name them.
+
+Free text is UTF-8 text in which none of the excluded strings occurs (an Aho–Corasick automaton
+whose matching states are dead), optionally at most ``max_chars`` code points long.
+
+A special token has no text the engines read; to put one inside a language it gets a private
+spelling, `PRIVATE_BYTE` and one byte of index. That byte never occurs in UTF-8, so no text the
+language holds elsewhere can contain it, and the tokens that spell it (byte-fallback tokens) are
+made special in the vocabulary the constraint compiles against: only the special token itself
+can write its spelling.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+
+from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA
+from ananke_jax._src.fusion.triggers import ROOT, aho_corasick
+from ananke_jax._src.vocab import Vocabulary
+
+ANY_CHAR = rx.chars((0, 0xD7FF), (0xE000, 0x10FFFF))  # one code point, surrogates aside
+PRIVATE_BYTE = 0xFE  # never in UTF-8 (0xFF stands for the whitespace gaps of JSON)
+
+
+@functools.lru_cache(maxsize=64)
+def free_text(excludes: tuple[bytes, ...], max_chars: int | None) -> rx.Node:
+    """The node of UTF-8 text without any of ``excludes`` (non-empty byte strings), at most
+    ``max_chars`` code points long (None: unbounded)."""
+    text = rx.repeat(ANY_CHAR, 0, max_chars)
+    if not excludes:
+        return text
+    transitions, match = aho_corasick(excludes)
+    transitions = np.where(match[transitions] >= 0, DEAD, transitions).astype(np.int32)
+    accepting = np.ones(len(transitions), bool)
+    accepting[DEAD] = False
+    without = ByteDFA(transitions, accepting, ROOT)
+    return rx.Automaton(rx.intersect(rx.to_dfa(text), without))
+
+
+def special_spellings(vocab: Vocabulary, token_ids: Sequence[int]) -> tuple[Vocabulary, dict[int, bytes]]:
+    """A view of ``vocab`` in which the special tokens ``token_ids`` are written by their private
+    spellings, and each token's spelling (empty ``token_ids``: ``vocab`` itself)."""
+    ids = tuple(dict.fromkeys(token_ids))
+    if not ids:
+        return vocab, {}
+    return _spelled(vocab, ids)
+
+
+def private_spelling(k: int) -> bytes:
+    """The bytes that stand for the k-th special token a language names."""
+    return bytes([PRIVATE_BYTE, k + 1])
+
+
+@functools.lru_cache(maxsize=8)
+def _spelled(vocab: Vocabulary, ids: tuple[int, ...]) -> tuple[Vocabulary, dict[int, bytes]]:
+    if len(ids) > 255:
+        raise ValueError("at most 255 special tokens can be spelled")
+    spelling = {t: private_spelling(k) for k, t in enumerate(ids)}
+    tokens = [spelling.get(i, t) for i, t in enumerate(vocab.tokens)]
+    private = {i for i, t in enumerate(vocab.tokens) if i not in spelling and PRIVATE_BYTE in t}
+    view = Vocabulary(
+        tokens,
+        eos_token_ids=vocab.eos_token_ids,
+        special_token_ids=(vocab.special_token_ids - set(ids)) | private,
+        logits_width=vocab.logits_width,
+    )
+    return view, spelling
