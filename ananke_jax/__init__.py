@@ -67,6 +67,11 @@ from ananke_jax._src.runtime.step import constrained_step as constrained_step
 from ananke_jax._src.serialize import load_constraint as load_constraint
 from ananke_jax._src.serialize import save_constraint as save_constraint
 from ananke_jax._src.structural.api import compile_structural_tag as compile_structural_tag
+from ananke_jax._src.structural.api import reasoning_structural_tag as reasoning_structural_tag
+from ananke_jax._src.structural.api import tools_constraint as tools_constraint
+from ananke_jax._src.structural.tools import STYLES as TOOL_CALL_STYLES
+from ananke_jax._src.structural.tools import parse_tool_calls as parse_tool_calls
+from ananke_jax._src.structural.tools import tools_structural_tag as tools_structural_tag
 from ananke_jax._src.vocab import Vocabulary as Vocabulary
 
 __version__ = "0.1.0"
@@ -82,6 +87,12 @@ __all__ = [
     "compile_grammar",
     "compile_structural_tag",
     "unconstrained",
+    # agentic formats
+    "tools_constraint",
+    "tools_structural_tag",
+    "reasoning_structural_tag",
+    "parse_tool_calls",
+    "TOOL_CALL_STYLES",
     "draft_tables",
     # the engines' tables and states
     "RegularGrammar",

@@ -91,7 +91,7 @@ class StructuralCompiler:
             if "format" in spec:
                 root = self.format(spec["format"], "#/format")
             else:
-                root = self.format(_legacy_format(spec), "#")
+                root = self.format(legacy_format(spec), "#")
         else:
             root = self.format(spec, "#")
         self.bodies["#"] = root
@@ -292,7 +292,7 @@ def _terminal_dfa(terminal):
     return terminal.dfa if terminal.dfa is not None else regex_to_dfa(terminal.regex)
 
 
-def _legacy_format(spec: dict) -> dict:
+def legacy_format(spec: dict) -> dict:
     """The older ``{"structures": [{"begin", "schema", "end"}], "triggers": [...]}`` form."""
     structures = spec.get("structures")
     if not isinstance(structures, list):

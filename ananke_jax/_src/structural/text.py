@@ -23,7 +23,7 @@ from ananke_jax._src.fusion.triggers import ROOT, aho_corasick
 from ananke_jax._src.vocab import Vocabulary
 
 ANY_CHAR = rx.chars((0, 0xD7FF), (0xE000, 0x10FFFF))  # one code point, surrogates aside
-PRIVATE_BYTE = 0xFE  # never in UTF-8 (0xFF stands for the whitespace gaps of JSON)
+PRIVATE_BYTE = 0xF8  # never in UTF-8 (0xFE and 0xFF are the placeholders of JSON strings and gaps)
 
 
 @functools.lru_cache(maxsize=64)
