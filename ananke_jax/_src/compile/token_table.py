@@ -129,7 +129,8 @@ def token_columns(
     for of_item, num_classes in parts:
         if bound > 1 and bound * (num_classes + 1) > 4 * len(of_item):  # renumber before marking gets costly
             values, key = _dense_unique(key, bound)
-            bound = len(values)
+            shift = int(values[0] != 0)  # key 0 stays the tuple of -1s, whether or not an item has it
+            key, bound = key + shift, len(values) + shift
         key, bound = key * (num_classes + 1) + of_item + 1, bound * (num_classes + 1)
     values, key = _dense_unique(key, bound)
     dead = int(values[0] == 0)
