@@ -4,21 +4,28 @@ Each format object becomes the regex tree of its plain language; JSON Schemas an
 bring their rules along (renamed apart), so a recursive part keeps its rules and the whole tag
 compiles like a JSON Schema: one token DFA, or the pushdown engine when a rule recurses.
 
-The languages, with T the free text of a format (UTF-8 text without its triggers or excludes):
+The languages (XGrammar 0.2.8's, checked against it string by string). The *ends* of a tag are
+its end strings; they reach every format of its content except inner tags (which have their own).
 
 * ``const_string``: the string; ``regex``: its full matches; ``json_schema``: the JSON texts
   of the schema, no whitespace around the value; ``grammar``: a GBNF (``::=``) or Lark grammar.
-* ``any_text``: text without ``excludes``; when it ends a tag's content, without the tag's end
-  strings either (the first end closes the tag). ``max_chars`` bounds its code points.
+* ``any_text``: text without ``excludes`` or the ends (the first end closes the tag);
+  ``max_chars`` bounds its code points.
 * ``sequence``, ``or``, ``optional``, ``plus``, ``star``, ``repeat`` (``max: -1`` unbounded).
 * ``tag``: ``begin content end``; ``end`` may be a list of alternatives; ``begin`` and ``end``
   may be ``{"type": "token", ...}`` naming a special token.
-* ``triggered_tags`` (a tag's begin starts with exactly one trigger): ``T (tag T)*``; with
-  ``at_least_one`` ``tag T (tag T)*``; with ``stop_after_first`` ``T tag?``; with both, one tag.
+* ``triggered_tags`` (each tag's begin starts with exactly one trigger, and each trigger begins
+  some tag): free text runs until the first occurrence of a trigger, an exclude or an end; a
+  trigger there must go on as one of its tags (an exclude or an end there is refused, or, for
+  an end, closes the enclosing tag). So with T the text without triggers, excludes and ends:
+  ``(W tag)* T`` where W tag is text whose first trigger begins the tag; with ``at_least_one``
+  the output opens with a tag, ``tag (W tag)* T``; with ``stop_after_first`` ``T | W tag``;
+  with both, one tag.
 * ``tags_with_separator``: ``(tag (sep tag)*)?``; ``at_least_one`` drops the ``?``;
   ``stop_after_first`` keeps one tag at most.
-* ``dispatch`` (``rules``: ``[pattern, format]`` pairs): ``T (pattern format T)*``; without
-  ``loop``, ``T (pattern format)?``.
+* ``dispatch`` (``rules``: ``[pattern, format]`` pairs): ``(W pattern format)* T``, the free
+  text running until its first pattern (not stopped by the ends); without ``loop``,
+  ``T | W pattern format``, and the format gets the ends.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from ananke_jax._src.frontends.lark_frontend import lark_to_ir
 from ananke_jax._src.ir import Grammar
 from ananke_jax._src.json_schema.api import json_schema_rules
 from ananke_jax._src.json_schema.rules import Ref, Rules
-from ananke_jax._src.structural.text import free_text, private_spelling
+from ananke_jax._src.structural.text import free_text, private_spelling, until_first
 from ananke_jax._src.vocab import Vocabulary
 
 TOKEN_LEVEL = {
@@ -153,9 +160,7 @@ class StructuralCompiler:
         return self._adopt(*_grammar_bodies(ir))
 
     def sequence(self, f, pointer, ends) -> rx.Node:
-        elements = _list(f, "elements", pointer)
-        last = len(elements) - 1
-        return rx.seq(*[self.format(e, f"{pointer}/elements/{i}", ends if i == last else ()) for i, e in enumerate(elements)])
+        return rx.seq(*[self.format(e, f"{pointer}/elements/{i}", ends) for i, e in enumerate(_list(f, "elements", pointer))])
 
     def either(self, f, pointer, ends) -> rx.Node:
         return rx.alt(*[self.format(e, f"{pointer}/elements/{i}", ends) for i, e in enumerate(_list(f, "elements", pointer))])
@@ -182,20 +187,28 @@ class StructuralCompiler:
     def triggered_tags(self, f, pointer, ends) -> rx.Node:
         triggers = _strings(_list(f, "triggers", pointer), f"{pointer}/triggers")
         tags, begins = self._tags(f, pointer)
+        by_trigger: dict[str, list[rx.Node]] = {t: [] for t in triggers}
         for i, begin in enumerate(begins):
             matched = [t for t in triggers if begin.startswith(t)]
             if len(matched) != 1:
                 why = "does not start with any trigger" if not matched else f"starts with several triggers {matched}"
                 raise GrammarError(f"the tag's begin {begin!r} {why}", pointer=f"{pointer}/tags/{i}/begin")
-        text = _text(triggers + _strings(f.get("excludes", []), f"{pointer}/excludes"))
+            rest = {**f["tags"][i], "begin": begin[len(matched[0]) :]}
+            by_trigger[matched[0]].append(self.tag(rest, f"{pointer}/tags/{i}"))
+        for i, (trigger, after) in enumerate(by_trigger.items()):
+            if not after:
+                raise GrammarError(f"the trigger {trigger!r} begins no tag", pointer=f"{pointer}/triggers/{i}")
+        excludes = _strings(f.get("excludes", []), f"{pointer}/excludes")
+        lead = self._text_then(list(by_trigger.items()), excludes, ends)
+        text = _text([*triggers, *excludes, *ends])
         one = rx.alt(*tags)
         at_least_one, stop = _flag(f, "at_least_one", pointer), _flag(f, "stop_after_first", pointer)
         if at_least_one and stop:
             return one
         if stop:
-            return rx.seq(text, rx.optional(one))
-        more = rx.star(rx.seq(one, text))
-        return rx.seq(one, text, more) if at_least_one else rx.seq(text, more)
+            return rx.alt(text, lead)
+        rest = rx.seq(rx.star(lead), text)
+        return rx.seq(one, rest) if at_least_one else rest
 
     def tags_with_separator(self, f, pointer, ends) -> rx.Node:
         tags, _ = self._tags(f, pointer)
@@ -206,20 +219,25 @@ class StructuralCompiler:
         return some if at_least_one else rx.optional(some)
 
     def dispatch(self, f, pointer, ends) -> rx.Node:
-        rules = _list(f, "rules", pointer)
-        patterns, branches = [], []
+        rules, loop = _list(f, "rules", pointer), f.get("loop", True)
+        branches = []
         for i, rule in enumerate(rules):
             where = f"{pointer}/rules/{i}"
             if not (isinstance(rule, (list, tuple)) and len(rule) == 2 and isinstance(rule[0], str) and rule[0]):
                 raise GrammarError("a dispatch rule must be a [pattern, format] pair with a non-empty pattern", pointer=where)
-            patterns.append(rule[0])
-            branches.append(rx.seq(rx.Text(rule[0]), self.format(rule[1], f"{where}/1")))
-        _check_prefix_free(patterns, f"{pointer}/rules", "pattern", "/0")
-        text = _text(patterns + _strings(f.get("excludes", []), f"{pointer}/excludes"))
-        one = rx.alt(*branches)
-        if f.get("loop", True):
-            return rx.seq(text, rx.star(rx.seq(one, text)))
-        return rx.seq(text, rx.optional(one))
+            branches.append((rule[0], [self.format(rule[1], f"{where}/1", () if loop else ends)]))
+        _check_prefix_free([p for p, _ in branches], f"{pointer}/rules", "pattern", "/0")
+        excludes = _strings(f.get("excludes", []), f"{pointer}/excludes")
+        lead = self._text_then(branches, excludes, ())  # XGrammar's dispatch text reads on past the tag's end
+        text = _text([*(p for p, _ in branches), *excludes])
+        return rx.seq(rx.star(lead), text) if loop else rx.alt(text, lead)
+
+    def _text_then(self, branches: list[tuple[str, list[rx.Node]]], excludes: list[str], ends: Sequence[bytes]) -> rx.Node:
+        """Free text up to the first trigger, then what that trigger begins: ``branches`` pairs
+        each trigger with the languages that may follow it; an exclude or an end of the enclosing
+        tag may not come first."""
+        patterns = tuple(dict.fromkeys([*(p.encode("utf-8") for p, _ in branches), *(e.encode("utf-8") for e in excludes), *ends]))
+        return rx.alt(*[rx.seq(until_first(patterns, k), rx.alt(*after)) for k, (_, after) in enumerate(branches)])
 
     # --- pieces ------------------------------------------------------------------------------
 

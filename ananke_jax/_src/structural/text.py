@@ -41,6 +41,19 @@ def free_text(excludes: tuple[bytes, ...], max_chars: int | None) -> rx.Node:
     return rx.Automaton(rx.intersect(rx.to_dfa(text), without))
 
 
+@functools.lru_cache(maxsize=64)
+def until_first(patterns: tuple[bytes, ...], which: int) -> rx.Node:
+    """The node of UTF-8 text in which the first occurrence of any of ``patterns`` (distinct,
+    non-empty) is ``patterns[which]``, at its very end (where several end at one byte, the
+    longest counts)."""
+    transitions, match = aho_corasick(patterns)
+    ended = match >= 0
+    transitions = np.where(ended[transitions] & (match[transitions] != which), DEAD, transitions)
+    transitions[ended] = DEAD  # nothing is read after the first occurrence
+    first = ByteDFA(transitions.astype(np.int32), match == which, ROOT)
+    return rx.Automaton(rx.intersect(rx.to_dfa(rx.star(ANY_CHAR)), first))
+
+
 def special_spellings(vocab: Vocabulary, token_ids: Sequence[int]) -> tuple[Vocabulary, dict[int, bytes]]:
     """A view of ``vocab`` in which the special tokens ``token_ids`` are written by their private
     spellings, and each token's spelling (empty ``token_ids``: ``vocab`` itself)."""
