@@ -22,7 +22,7 @@ def _run(snippet: str) -> dict:
 
 
 def test_the_readme_has_the_quick_starts():
-    assert len(SNIPPETS) == 4
+    assert len(SNIPPETS) == 5
 
 
 def test_the_jitted_loop_writes_a_prefix_of_the_schema():
@@ -59,3 +59,12 @@ def test_the_engine_serves_every_request_validly_without_compiling():
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", text["Give me a date."])
     assert text["Pick a colour."] in ("red", "green", "blue")
     jsonschema.validate(json.loads(text["Name a city, as JSON."]), ns["city"])
+
+
+def test_the_tool_call_reply_is_accepted_and_parsed_back():
+    ns = _run(SNIPPETS[4])
+    matcher, aj = ns["matcher"], ns["aj"]
+    assert matcher.is_completed()
+    assert aj.parse_tool_calls(ns["reply"], ns["tools"], "hermes") == [("get_weather", {"city": "Oslo"})]
+    refused = aj.Matcher(ns["tc"], ns["vocab"])
+    assert not refused.accept_string(ns["reply"].replace('"Oslo"', "42"))  # the schema wants a string

@@ -174,6 +174,10 @@ class StructuralCompiler:
         return rx.repeat(self.format(f["content"], f"{pointer}/content", ends), lo, None if hi == -1 else hi)
 
     def tag(self, f, pointer, ends=()) -> rx.Node:
+        return rx.seq(self.literal(f.get("begin"), f"{pointer}/begin"), self._after_begin(f, pointer))
+
+    def _after_begin(self, f, pointer: str) -> rx.Node:
+        """A tag's content and end."""
         for field in ("begin", "content", "end"):
             if field not in f:
                 raise GrammarError(f"tag format needs {field!r}", pointer=pointer)
@@ -181,27 +185,25 @@ class StructuralCompiler:
         alternatives = end if isinstance(end, list) and end else [end]
         closing = [self.literal(e, f"{pointer}/end") for e in alternatives]
         texts = tuple(e.encode("utf-8") for e in alternatives if isinstance(e, str) and e)
-        content = self.format(f["content"], f"{pointer}/content", texts)
-        return rx.seq(self.literal(f["begin"], f"{pointer}/begin"), content, rx.alt(*closing))
+        return rx.seq(self.format(f["content"], f"{pointer}/content", texts), rx.alt(*closing))
 
     def triggered_tags(self, f, pointer, ends) -> rx.Node:
         triggers = _strings(_list(f, "triggers", pointer), f"{pointer}/triggers")
-        tags, begins = self._tags(f, pointer)
+        tags = self._tags(f, pointer)
         by_trigger: dict[str, list[rx.Node]] = {t: [] for t in triggers}
-        for i, begin in enumerate(begins):
+        for i, (begin, after) in enumerate(tags):
             matched = [t for t in triggers if begin.startswith(t)]
             if len(matched) != 1:
                 why = "does not start with any trigger" if not matched else f"starts with several triggers {matched}"
                 raise GrammarError(f"the tag's begin {begin!r} {why}", pointer=f"{pointer}/tags/{i}/begin")
-            rest = {**f["tags"][i], "begin": begin[len(matched[0]) :]}
-            by_trigger[matched[0]].append(self.tag(rest, f"{pointer}/tags/{i}"))
+            by_trigger[matched[0]].append(rx.seq(rx.Text(begin[len(matched[0]) :]), after))
         for i, (trigger, after) in enumerate(by_trigger.items()):
             if not after:
                 raise GrammarError(f"the trigger {trigger!r} begins no tag", pointer=f"{pointer}/triggers/{i}")
         excludes = _strings(f.get("excludes", []), f"{pointer}/excludes")
         lead = self._text_then(list(by_trigger.items()), excludes, ends)
         text = _text([*triggers, *excludes, *ends])
-        one = rx.alt(*tags)
+        one = rx.alt(*[rx.seq(rx.Text(begin), after) for begin, after in tags])
         at_least_one, stop = _flag(f, "at_least_one", pointer), _flag(f, "stop_after_first", pointer)
         if at_least_one and stop:
             return one
@@ -211,9 +213,8 @@ class StructuralCompiler:
         return rx.seq(one, rest) if at_least_one else rest
 
     def tags_with_separator(self, f, pointer, ends) -> rx.Node:
-        tags, _ = self._tags(f, pointer)
         separator = rx.Text(_string(f, "separator", pointer))
-        one = rx.alt(*tags)
+        one = rx.alt(*[rx.seq(rx.Text(begin), after) for begin, after in self._tags(f, pointer)])
         at_least_one, stop = _flag(f, "at_least_one", pointer), _flag(f, "stop_after_first", pointer)
         some = one if stop else rx.seq(one, rx.star(rx.seq(separator, one)))
         return some if at_least_one else rx.optional(some)
@@ -265,20 +266,19 @@ class StructuralCompiler:
             raise GrammarError(f"{token!r} is not a special token of the vocabulary; write ordinary text as a string", pointer=pointer)
         raise GrammarError(f"'token' must be a token id or a token's text, got {token!r}", pointer=pointer)
 
-    def _tags(self, f, pointer: str) -> tuple[list[rx.Node], list[str]]:
-        """The nodes of ``f["tags"]`` and their begins (strings), refusing ambiguous begins."""
-        tags = _list(f, "tags", pointer)
-        nodes, begins = [], []
-        for i, t in enumerate(tags):
+    def _tags(self, f, pointer: str) -> list[tuple[str, rx.Node]]:
+        """The begin (a string) and the rest of each tag of ``f["tags"]``, refusing ambiguous
+        begins."""
+        out = []
+        for i, t in enumerate(_list(f, "tags", pointer)):
             where = f"{pointer}/tags/{i}"
             if not (isinstance(t, dict) and t.get("type", "tag") == "tag"):
                 raise GrammarError("expected a tag format", pointer=where)
             if not isinstance(t.get("begin"), str):
                 raise GrammarError("a tag here needs a string 'begin'", pointer=f"{where}/begin")
-            nodes.append(self.tag(t, where))
-            begins.append(t["begin"])
-        _check_prefix_free(begins, f"{pointer}/tags", "begin", "/begin")
-        return nodes, begins
+            out.append((t["begin"], self._after_begin(t, where)))
+        _check_prefix_free([begin for begin, _ in out], f"{pointer}/tags", "begin", "/begin")
+        return out
 
     def _adopt(self, bodies: dict[str, rx.Node], start: str) -> rx.Node:
         """Take rules in under fresh names; a `Ref` to the start."""
