@@ -108,13 +108,68 @@ SPECS = {
     "dispatch": {"type": "dispatch", "rules": [["<t>", const("ab")], ["<u", {"type": "regex", "pattern": "[0-9]+>"}]], "excludes": ["zz"]},
     "dispatch_once": {"type": "dispatch", "rules": [["<t>", const("ab")]], "loop": False},
     "dispatch_once_ending_a_tag": tag("<r>", {"type": "dispatch", "rules": [["<t>", ANY]], "loop": False}, "</r>"),
+    "dispatch_once_in_a_sequence": tag(
+        "<r>",
+        seq(
+            {"type": "dispatch", "rules": [["<t>", {"type": "any_text", "excludes": ["a"]}]], "loop": False, "excludes": ["zz"]}, const("q")
+        ),
+        "</r>",
+    ),
+    "dispatch_looping_in_a_tag": tag("<r>", {"type": "dispatch", "rules": [["<t>", ANY], ["<u", const("b>")]], "excludes": ["zz"]}, "</r>"),
+    "triggered_in_dispatch_in_a_tag": tag(
+        "<r>", {"type": "dispatch", "rules": [["<t>", {**FUNCTIONS, "at_least_one": True}]], "loop": False}, "</r>"
+    ),
+    "dispatch_in_a_triggered_tag": {
+        "type": "triggered_tags",
+        "triggers": ["<f"],
+        "tags": [tag("<f>", {"type": "dispatch", "rules": [["<t>", {"type": "any_text", "max_chars": 3}]]}, "</f>")],
+    },
+    "triggered_with_excludes_in_a_tag": tag(
+        "<r>", {"type": "star", "content": {**FUNCTIONS, "excludes": ["zz"], "stop_after_first": True}}, "</r>"
+    ),
+    "or_of_triggered_and_text_in_a_tag": tag(
+        "<r>",
+        {"type": "or", "elements": [{**FUNCTIONS, "excludes": ["x"]}, seq({"type": "any_text", "max_chars": 2}, const("!"))]},
+        ["</r>", "</q>"],
+    ),
+    "exclude_starting_a_trigger": {
+        "type": "triggered_tags",
+        "triggers": ["abc", "<f"],
+        "tags": [tag("abc>", const("x"), "<"), tag("<f>", ANY, "</f>")],
+        "excludes": ["ab"],
+    },
+    # An exclude or an end completed at the character that completes a trigger.
+    "exclude_ending_a_trigger": {
+        "type": "triggered_tags",
+        "triggers": ["ab", "<f"],
+        "tags": [tag("ab>", const("x"), "<"), tag("<f>", ANY, "</f>")],
+        "excludes": ["b"],
+    },
+    "end_ending_a_trigger": tag(
+        "<r>",
+        {"type": "triggered_tags", "triggers": ["</r>", "<f"], "tags": [tag("</r>!", const("x"), ";"), tag("<f>", ANY, "</f>")]},
+        "r>",
+    ),
+    "exclude_ending_a_pattern": {"type": "dispatch", "rules": [["ab", const("x")], ["<t>", const("y")]], "excludes": ["b"]},
 }
-DISPATCH_TAIL_BUG = (
-    "dispatch without loop ends with its rule's format, so an any_text there ends the enclosing tag's content and may not "
-    "contain the tag's end (formats.py's docstring; XGrammar 0.2.8 agrees: it rejects '<r><t>a</r>b</r>'); dispatch() "
-    "passes no ends to its rules' formats, and the compiled language accepts it"
+TIE_BUG = (
+    "where an exclude (or an end of the enclosing tag) is completed at the same character as a trigger or dispatch pattern "
+    "(it is a suffix of it), XGrammar 0.2.8 refuses the text, or closes the tag: the exclude or the end wins (formats.py's "
+    "docstring: 'an exclude or an end there is refused'); the compiler's until_first lets the longest string count, so it "
+    "reads the trigger (triggers ['ab'], excludes ['b']: XGrammar refuses 'ab>x<', the compiler accepts it)"
 )
-XFAIL = {"dispatch_once_ending_a_tag": DISPATCH_TAIL_BUG}
+DISPATCH_LOOP_ENDS_BUG = (
+    "a tag's ends reach every format of its content (formats.py's docstring), a looping dispatch's rules' formats too: "
+    "XGrammar 0.2.8 gives them the ends (in <r>, dispatch [['<t>', any_text]] excludes ['zz'], it refuses '<r><t>a</r>zz</r>': "
+    "the any_text stops before '</r>', and the dispatch's own text, which reads on past the ends, may not hold 'zz'); "
+    "dispatch() passes the ends to its formats only without loop, and the compiled language accepts it"
+)
+XFAIL = {
+    "exclude_ending_a_trigger": TIE_BUG,
+    "end_ending_a_trigger": TIE_BUG,
+    "exclude_ending_a_pattern": TIE_BUG,
+    "dispatch_looping_in_a_tag": DISPATCH_LOOP_ENDS_BUG,
+}
 
 # The tiny vocabulary of host-side compiles: the plain language does not depend on tokens.
 TINY = aj.Vocabulary.from_tokens([b"<eos>", b"a"], eos_token_ids=[0])
@@ -151,9 +206,9 @@ def _xfail(name):
 
 # --- the reference itself ------------------------------------------------------------------------
 
-# Verdicts of XGrammar 0.2.8 (Grammar.from_structural_tag, then accept_string), recorded by hand
-# so that the suite does not need it: they check the reference (and the compiler) on the corners
-# of each format.
+# Verdicts of XGrammar 0.2.8 (Grammar.from_structural_tag, then testing._is_grammar_accept_string),
+# recorded by hand so that the suite does not need it: they check the reference (and the compiler)
+# on the corners of each format.
 XGRAMMAR_VERDICTS = [
     (tag("<t>", ANY, "</t>"), {"<t></t>": True, "<t>a</t</t>": True, "<t></t></t>": False, "<t>a": False}),
     (tag("<t>", ANY, ["</t>", "</u>"]), {"<t>a</u>": True, "<t>a</u></t>": False, "<t>a</t></u>": False}),
@@ -185,40 +240,80 @@ XGRAMMAR_VERDICTS = [
     (tag("<r>", {"type": "dispatch", "rules": [["<t>", const("ab")]]}, "</r>"), {"<r>a</r>": True, "<r>a</r>b</r>": True}),
     (tag("<r>", {"type": "dispatch", "rules": [["<t>", ANY]]}, "</r>"), {"<r><t>a</r>": True, "<r><t>a</r>b</r>": True}),
     (SPECS["dispatch_once_ending_a_tag"], {"<r><t>a</r>": True, "<r><t>a</r>b</r>": False, "<r>x</r>y</r>": True}),
+    # A tag's ends reach an any_text anywhere in its content, and the free text of triggered_tags.
+    (SPECS["any_text_mid_content"], {"<t></t>x</t>": False, "<t>a</tx</t>": True}),
+    (tag("<r>", FUNCTIONS, "</r>"), {"<r>a</r>b</r>": False, "<r>a</</r>": True}),
+    # Free text runs to the first trigger completed: a trigger there goes on as its tag.
+    (SPECS["triggered_overlapping"], {"/aaa<x>": False, "aa<x>": True, "/aa<x>": True, "aab/": True, "aaab/": False}),
+    (
+        {"type": "triggered_tags", "triggers": ["<f"], "tags": [tag("<f>", const("x"), ";")], "at_least_one": True},
+        {"<f>x;": True, "<f>x;a<f>x;b": True, "a<f>x;": False},
+    ),
+    (SPECS["exclude_starting_a_trigger"], {"abc>x<": False, "": True, "a": True, "ab": False, "zabc>x<": False, "<f></f>": True}),
+    (  # of triggers completed together, the longest counts
+        {"type": "triggered_tags", "triggers": ["ab", "b"], "tags": [tag("ab>", const("x"), "<"), tag("b]", const("y"), "<")]},
+        {"ab>x<": True, "ab]y<": False, "b]y<": True, "zb]y<": True, "zab>x<": True},
+    ),
+    (
+        {"type": "dispatch", "rules": [["ab", const("x")], ["b", const("y")]]},
+        {"abx": True, "aby": False, "by": True, "zaby": False, "zabx": True},
+    ),
+    (  # a longer exclude completed with a trigger
+        {"type": "triggered_tags", "triggers": ["b"], "tags": [tag("b>", const("x"), "<")], "excludes": ["ab"]},
+        {"ab>x<": False, "b>x<": True, "zb>x<": True, "a": True},
+    ),
+    ({"type": "dispatch", "rules": [["b", const("y")]], "excludes": ["ab"]}, {"by": True, "aby": False, "cby": True}),
+    (  # a longer end completed with a trigger closes the tag
+        tag("<r>", {"type": "triggered_tags", "triggers": ["r>"], "tags": [tag("r>!", const("x"), ";")]}, "</r>"),
+        {"<r>a</r>!x;</r>": False, "<r>a</r>": True, "<r>a</r>b": False, "<r></r>!x;</r>": False, "<r>ar>!x;</r>": True},
+    ),
+    # The free text before an end may hold the end's start: a trigger or an exclude straddling
+    # into the end does not count.
+    (
+        tag("<r>", {"type": "triggered_tags", "triggers": ["/r"], "tags": [tag("/r!", const("x"), ";")]}, "</r>"),
+        {"<r>a</r>": True, "<r></r>": True, "<r>/r!x;</r>": True, "<r>a/r!x;</r>": True},
+    ),
+    (tag("<r>", {"type": "any_text", "excludes": ["/r"]}, "</r>"), {"<r>a</r>": True, "<r></r>": True, "<r>/r</r>": False}),
+    (tag("<r>", {"type": "any_text", "excludes": ["ab"]}, "b>"), {"<r>ab>": True, "<r>b>": True, "<r>cb>": True}),
+    (
+        tag("<r>", {"type": "triggered_tags", "triggers": ["<f"], "tags": [tag("<f>", const("x"), ";")], "excludes": ["</r>"]}, "r>"),
+        {"<r>a</r>": True, "<r>ar>": True, "<r>a<fr>": False},
+    ),
+    (tag("<r>", {"type": "dispatch", "rules": [["/r", const("x")]], "loop": False}, "</r>"), {"<r>a</r>": True, "<r>/rx</r>": True}),
 ]
 
-# Where XGrammar 0.2.8 and formats.py's docstring part (the reference follows the docstring).
-XGRAMMAR_DIVERGENCES = [
+# Recorded XGrammar 0.2.8 verdicts that the compiled language gets wrong (the reference agrees
+# with XGrammar): (why, spec, verdicts), each spec with at least one string the compiler gets wrong.
+XGRAMMAR_VERDICTS_MISSED = [
     (
-        "XGrammar stops an any_text anywhere in a tag's content at the tag's end; the docstring only when the any_text ends the content",
-        SPECS["any_text_mid_content"],
-        {"<t></t>x</t>": False, "<t>a</tx</t>": True},
+        TIE_BUG,
+        {"type": "triggered_tags", "triggers": ["ab"], "tags": [tag("ab>", const("x"), "<")], "excludes": ["b"]},
+        {"ab>x<": False, "zab>x<": False, "b": False, "": True, "c": True, "cb": False},
     ),
     (
-        "XGrammar stops the free text of triggered_tags ending a tag's content at the tag's end; the docstring's T excludes only "
-        "triggers and excludes",
-        tag("<r>", FUNCTIONS, "</r>"),
-        {"<r>a</r>b</r>": False, "<r>a</</r>": True},
+        TIE_BUG,
+        {"type": "triggered_tags", "triggers": ["<f"], "tags": [tag("<f>", const("x"), ";")], "excludes": ["<f"]},
+        {"<f>x;": False, "a": True},
     ),
     (
-        "XGrammar reads the first trigger in the text and needs a tag's begin there; the docstring's T (tag T)* lets free text end "
-        "with the start of an overlapping trigger ('/a' then the tag 'aa<x>')",
-        SPECS["triggered_overlapping"],
-        {"/aaa<x>": False, "aa<x>": True},
+        TIE_BUG,
+        tag("<r>", {"type": "triggered_tags", "triggers": ["</r>"], "tags": [tag("</r>!", const("x"), ";")]}, "r>"),
+        {"<r></r>!x;r>": False, "<r>r>": True, "<r>a</r>!x;r>": False, "<r></r>": True},
+    ),
+    (TIE_BUG, {"type": "dispatch", "rules": [["ab", const("x")]], "excludes": ["b"]}, {"abx": False, "zabx": False, "": True, "b": False}),
+    (
+        DISPATCH_LOOP_ENDS_BUG,
+        SPECS["dispatch_looping_in_a_tag"],
+        {"<r><t>zz</r>": True, "<r><t>a</r>": True, "<r><t>a</r>b</r>": True, "<r><t>a<ub></r>": True, "<r><t>a</r>zz</r>": False},
     ),
 ]
+ALL_VERDICTS = XGRAMMAR_VERDICTS + [(spec, verdicts) for _, spec, verdicts in XGRAMMAR_VERDICTS_MISSED]
 
 
-@pytest.mark.parametrize("spec, verdicts", XGRAMMAR_VERDICTS, ids=range(len(XGRAMMAR_VERDICTS)))
+@pytest.mark.parametrize("spec, verdicts", ALL_VERDICTS, ids=range(len(ALL_VERDICTS)))
 def test_reference_agrees_with_recorded_xgrammar_verdicts(spec, verdicts):
     for text, verdict in verdicts.items():
         assert so.accepts(spec, text) == verdict, (spec, text)
-
-
-@pytest.mark.parametrize("why, spec, verdicts", XGRAMMAR_DIVERGENCES, ids=range(len(XGRAMMAR_DIVERGENCES)))
-def test_reference_follows_the_docstring_where_xgrammar_parts(why, spec, verdicts):
-    texts = list(verdicts)
-    assert [so.accepts(spec, t) for t in texts] != [verdicts[t] for t in texts], why
 
 
 # --- the byte language -----------------------------------------------------------------------------
@@ -226,31 +321,14 @@ def test_reference_follows_the_docstring_where_xgrammar_parts(why, spec, verdict
 
 @pytest.mark.parametrize(
     "spec, verdicts",
-    [
-        pytest.param(spec, verdicts, marks=pytest.mark.xfail(strict=True, reason=DISPATCH_TAIL_BUG))
-        if spec == SPECS["dispatch_once_ending_a_tag"]
-        else (spec, verdicts)
-        for spec, verdicts in XGRAMMAR_VERDICTS
-    ],
-    ids=range(len(XGRAMMAR_VERDICTS)),
+    XGRAMMAR_VERDICTS
+    + [pytest.param(spec, verdicts, marks=pytest.mark.xfail(strict=True, reason=why)) for why, spec, verdicts in XGRAMMAR_VERDICTS_MISSED],
+    ids=range(len(ALL_VERDICTS)),
 )
 def test_compiled_language_agrees_with_recorded_xgrammar_verdicts(spec, verdicts):
     dfa = byte_dfa(spec)
     wrong = {t: v for t, v in verdicts.items() if dfa_accepts(dfa, t) != v}
     assert not wrong, (spec, wrong)
-
-
-@pytest.mark.parametrize(
-    "why, spec, verdicts",
-    [
-        pytest.param(*d, marks=pytest.mark.xfail(strict=True, reason="the compiler follows its docstring: " + d[0]))
-        for d in XGRAMMAR_DIVERGENCES
-    ],
-    ids=range(len(XGRAMMAR_DIVERGENCES)),
-)
-def test_compiled_language_where_xgrammar_parts_from_the_docstring(why, spec, verdicts):
-    dfa = byte_dfa(spec)
-    assert {t: dfa_accepts(dfa, t) for t in verdicts} == verdicts, why
 
 
 @pytest.mark.parametrize("name", [_xfail(n) for n in SPECS])
@@ -377,13 +455,19 @@ TOOL_CALL_TEXTS = [
 ]
 
 
+MEMBER_TEXTS = {  # written as a model writes: a space before each trigger ("shares_before" in both vocabularies)
+    "tool_call": TOOL_CALL_TEXTS,
+    "triggered": ["Call <function=b>12</function> then <function=a>x y</function>."],
+    "dispatch": ["So <t>ab and <u12> ok"],
+}
+
+
 def members(name, dfa, rng, n):
-    """Random members: half walks of the DFA, half accepted near-members (their free text holds
-    spaces and punctuation next to the triggers, as a model writes it)."""
+    """Random members: half walks of the DFA, then the written ones, then accepted near-members
+    (their free text holds spaces and punctuation next to the triggers, as a model writes it)."""
     spec = TOKEN_SPECS[name][0]
     out = [random_member(dfa, rng, soft_limit=60).decode("utf-8") for _ in range(n // 2)]
-    if name == "tool_call":
-        return out + TOOL_CALL_TEXTS[: n - len(out)]
+    out += MEMBER_TEXTS.get(name, [])[: n - len(out)]
     while len(out) < n:
         out += [t for t in near_members(spec, rng, n) if dfa_accepts(dfa, t)][: n - len(out)]
     return out
@@ -678,6 +762,12 @@ BAD = [
     ("negative max_chars", _wrapped({"type": "any_text", "max_chars": -1}), GrammarError, "#/format"),
     ("a bad regex", _wrapped(seq(const("a"), {"type": "regex", "pattern": "(ab"})), GrammarError, "#/format/elements/1"),
     ("a flag that is not a bool", _wrapped({**FUNCTIONS, "at_least_one": "yes"}), GrammarError, "#/format"),
+    (
+        "a trigger that begins no tag",
+        _wrapped({"type": "triggered_tags", "triggers": ["<f", "<g"], "tags": [tag("<f=a>", ANY, "</f>")]}),
+        GrammarError,
+        "#/format/triggers/1",
+    ),
     ("no format", {"type": "structural_tag"}, GrammarError, "#"),
 ]
 
@@ -693,16 +783,3 @@ def test_bad_input_names_the_json_pointer(why, spec, error, pointer, sentencepie
 def test_invalid_json_text_is_a_grammar_error(sentencepiece_vocab):
     with pytest.raises(GrammarError, match=r"invalid JSON.*line 1, column"):
         aj.compile_structural_tag('{"type": "structural_tag", "format": ', sentencepiece_vocab)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="compile_structural_tag's docstring promises a GrammarError for 'a trigger that begins no tag'; a trigger no tag's "
-    "begin starts with is accepted silently, and only removed from the free text (XGrammar 0.2.8 refuses the spec too, by a "
-    "failed internal check)",
-)
-def test_a_trigger_that_begins_no_tag_is_refused(sentencepiece_vocab):
-    spec = _wrapped({"type": "triggered_tags", "triggers": ["<f", "<g"], "tags": [tag("<f=a>", ANY, "</f>")]})
-    with pytest.raises(GrammarError) as e:
-        aj.compile_structural_tag(spec, sentencepiece_vocab)
-    assert e.value.pointer == "#/format/triggers/1"
