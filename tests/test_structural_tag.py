@@ -152,24 +152,6 @@ SPECS = {
     ),
     "exclude_ending_a_pattern": {"type": "dispatch", "rules": [["ab", const("x")], ["<t>", const("y")]], "excludes": ["b"]},
 }
-TIE_BUG = (
-    "where an exclude (or an end of the enclosing tag) is completed at the same character as a trigger or dispatch pattern "
-    "(it is a suffix of it), XGrammar 0.2.8 refuses the text, or closes the tag: the exclude or the end wins (formats.py's "
-    "docstring: 'an exclude or an end there is refused'); the compiler's until_first lets the longest string count, so it "
-    "reads the trigger (triggers ['ab'], excludes ['b']: XGrammar refuses 'ab>x<', the compiler accepts it)"
-)
-DISPATCH_LOOP_ENDS_BUG = (
-    "a tag's ends reach every format of its content (formats.py's docstring), a looping dispatch's rules' formats too: "
-    "XGrammar 0.2.8 gives them the ends (in <r>, dispatch [['<t>', any_text]] excludes ['zz'], it refuses '<r><t>a</r>zz</r>': "
-    "the any_text stops before '</r>', and the dispatch's own text, which reads on past the ends, may not hold 'zz'); "
-    "dispatch() passes the ends to its formats only without loop, and the compiled language accepts it"
-)
-XFAIL = {
-    "exclude_ending_a_trigger": TIE_BUG,
-    "end_ending_a_trigger": TIE_BUG,
-    "exclude_ending_a_pattern": TIE_BUG,
-    "dispatch_looping_in_a_tag": DISPATCH_LOOP_ENDS_BUG,
-}
 
 # The tiny vocabulary of host-side compiles: the plain language does not depend on tokens.
 TINY = aj.Vocabulary.from_tokens([b"<eos>", b"a"], eos_token_ids=[0])
@@ -198,10 +180,6 @@ def _regex_dfa(pattern):
 def near_members(spec, rng, n):
     sampler = lambda pattern: random_member(_regex_dfa(pattern), rng).decode("utf-8")
     return [so.NearMembers(spec, rng, sampler)() for _ in range(n)]
-
-
-def _xfail(name):
-    return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=XFAIL[name])) if name in XFAIL else name
 
 
 # --- the reference itself ------------------------------------------------------------------------
@@ -284,33 +262,29 @@ XGRAMMAR_VERDICTS = [
 
 # Recorded XGrammar 0.2.8 verdicts that the compiled language gets wrong (the reference agrees
 # with XGrammar): (why, spec, verdicts), each spec with at least one string the compiler gets wrong.
-XGRAMMAR_VERDICTS_MISSED = [
+# Where a stop (an exclude, an end) completes with a trigger, and a looping dispatch in a tag.
+XGRAMMAR_VERDICTS += [
     (
-        TIE_BUG,
         {"type": "triggered_tags", "triggers": ["ab"], "tags": [tag("ab>", const("x"), "<")], "excludes": ["b"]},
         {"ab>x<": False, "zab>x<": False, "b": False, "": True, "c": True, "cb": False},
     ),
     (
-        TIE_BUG,
         {"type": "triggered_tags", "triggers": ["<f"], "tags": [tag("<f>", const("x"), ";")], "excludes": ["<f"]},
         {"<f>x;": False, "a": True},
     ),
     (
-        TIE_BUG,
         tag("<r>", {"type": "triggered_tags", "triggers": ["</r>"], "tags": [tag("</r>!", const("x"), ";")]}, "r>"),
         {"<r></r>!x;r>": False, "<r>r>": True, "<r>a</r>!x;r>": False, "<r></r>": True},
     ),
-    (TIE_BUG, {"type": "dispatch", "rules": [["ab", const("x")]], "excludes": ["b"]}, {"abx": False, "zabx": False, "": True, "b": False}),
+    ({"type": "dispatch", "rules": [["ab", const("x")]], "excludes": ["b"]}, {"abx": False, "zabx": False, "": True, "b": False}),
     (
-        DISPATCH_LOOP_ENDS_BUG,
         SPECS["dispatch_looping_in_a_tag"],
         {"<r><t>zz</r>": True, "<r><t>a</r>": True, "<r><t>a</r>b</r>": True, "<r><t>a<ub></r>": True, "<r><t>a</r>zz</r>": False},
     ),
 ]
-ALL_VERDICTS = XGRAMMAR_VERDICTS + [(spec, verdicts) for _, spec, verdicts in XGRAMMAR_VERDICTS_MISSED]
 
 
-@pytest.mark.parametrize("spec, verdicts", ALL_VERDICTS, ids=range(len(ALL_VERDICTS)))
+@pytest.mark.parametrize("spec, verdicts", XGRAMMAR_VERDICTS, ids=range(len(XGRAMMAR_VERDICTS)))
 def test_reference_agrees_with_recorded_xgrammar_verdicts(spec, verdicts):
     for text, verdict in verdicts.items():
         assert so.accepts(spec, text) == verdict, (spec, text)
@@ -321,9 +295,8 @@ def test_reference_agrees_with_recorded_xgrammar_verdicts(spec, verdicts):
 
 @pytest.mark.parametrize(
     "spec, verdicts",
-    XGRAMMAR_VERDICTS
-    + [pytest.param(spec, verdicts, marks=pytest.mark.xfail(strict=True, reason=why)) for why, spec, verdicts in XGRAMMAR_VERDICTS_MISSED],
-    ids=range(len(ALL_VERDICTS)),
+    XGRAMMAR_VERDICTS,
+    ids=range(len(XGRAMMAR_VERDICTS)),
 )
 def test_compiled_language_agrees_with_recorded_xgrammar_verdicts(spec, verdicts):
     dfa = byte_dfa(spec)
@@ -331,7 +304,7 @@ def test_compiled_language_agrees_with_recorded_xgrammar_verdicts(spec, verdicts
     assert not wrong, (spec, wrong)
 
 
-@pytest.mark.parametrize("name", [_xfail(n) for n in SPECS])
+@pytest.mark.parametrize("name", list(SPECS))
 def test_compiled_language_equals_the_reference_on_random_strings(name):
     """Near-members of the spec (both verdicts common) and random members of the compiled DFA:
     the DFA and the reference accept the same ones."""

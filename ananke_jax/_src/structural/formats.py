@@ -16,16 +16,16 @@ its end strings; they reach every format of its content except inner tags (which
   may be ``{"type": "token", ...}`` naming a special token.
 * ``triggered_tags`` (each tag's begin starts with exactly one trigger, and each trigger begins
   some tag): free text runs until the first occurrence of a trigger, an exclude or an end; a
-  trigger there must go on as one of its tags (an exclude or an end there is refused, or, for
-  an end, closes the enclosing tag). So with T the text without triggers, excludes and ends:
+  trigger there must go on as one of its tags (an exclude or an end there, even one ending
+  where a trigger does, is refused, or, for an end, closes the enclosing tag). So with T the text without triggers, excludes and ends:
   ``(W tag)* T`` where W tag is text whose first trigger begins the tag; with ``at_least_one``
   the output opens with a tag, ``tag (W tag)* T``; with ``stop_after_first`` ``T | W tag``;
   with both, one tag.
 * ``tags_with_separator``: ``(tag (sep tag)*)?``; ``at_least_one`` drops the ``?``;
   ``stop_after_first`` keeps one tag at most.
 * ``dispatch`` (``rules``: ``[pattern, format]`` pairs): ``(W pattern format)* T``, the free
-  text running until its first pattern (not stopped by the ends); without ``loop``,
-  ``T | W pattern format``, and the format gets the ends.
+  text running until its first pattern (not stopped by the ends, though the formats get them);
+  without ``loop``, ``T | W pattern format``.
 """
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ class StructuralCompiler:
             where = f"{pointer}/rules/{i}"
             if not (isinstance(rule, (list, tuple)) and len(rule) == 2 and isinstance(rule[0], str) and rule[0]):
                 raise GrammarError("a dispatch rule must be a [pattern, format] pair with a non-empty pattern", pointer=where)
-            branches.append((rule[0], [self.format(rule[1], f"{where}/1", () if loop else ends)]))
+            branches.append((rule[0], [self.format(rule[1], f"{where}/1", ends)]))
         _check_prefix_free([p for p, _ in branches], f"{pointer}/rules", "pattern", "/0")
         excludes = _strings(f.get("excludes", []), f"{pointer}/excludes")
         lead = self._text_then(branches, excludes, ())  # XGrammar's dispatch text reads on past the tag's end
@@ -236,9 +236,10 @@ class StructuralCompiler:
     def _text_then(self, branches: list[tuple[str, list[rx.Node]]], excludes: list[str], ends: Sequence[bytes]) -> rx.Node:
         """Free text up to the first trigger, then what that trigger begins: ``branches`` pairs
         each trigger with the languages that may follow it; an exclude or an end of the enclosing
-        tag may not come first."""
-        patterns = tuple(dict.fromkeys([*(p.encode("utf-8") for p, _ in branches), *(e.encode("utf-8") for e in excludes), *ends]))
-        return rx.alt(*[rx.seq(until_first(patterns, k), rx.alt(*after)) for k, (_, after) in enumerate(branches)])
+        tag may not come first, nor end where a trigger does."""
+        triggers = tuple(p.encode("utf-8") for p, _ in branches)
+        stops = tuple(dict.fromkeys([*(e.encode("utf-8") for e in excludes), *ends]))
+        return rx.alt(*[rx.seq(until_first(triggers, stops, k), rx.alt(*after)) for k, (_, after) in enumerate(branches)])
 
     # --- pieces ------------------------------------------------------------------------------
 

@@ -42,15 +42,27 @@ def free_text(excludes: tuple[bytes, ...], max_chars: int | None) -> rx.Node:
 
 
 @functools.lru_cache(maxsize=64)
-def until_first(patterns: tuple[bytes, ...], which: int) -> rx.Node:
-    """The node of UTF-8 text in which the first occurrence of any of ``patterns`` (distinct,
-    non-empty) is ``patterns[which]``, at its very end (where several end at one byte, the
-    longest counts)."""
-    transitions, match = aho_corasick(patterns)
-    ended = match >= 0
-    transitions = np.where(ended[transitions] & (match[transitions] != which), DEAD, transitions)
-    transitions[ended] = DEAD  # nothing is read after the first occurrence
-    first = ByteDFA(transitions.astype(np.int32), match == which, ROOT)
+def until_first(triggers: tuple[bytes, ...], stops: tuple[bytes, ...], which: int) -> rx.Node:
+    """The node of UTF-8 text that reads up to the first point where a trigger or a stop (an
+    exclude, an end) has been read whole, and where that is ``triggers[which]``: a stop there
+    refuses the text, and of several triggers the longest counts."""
+    patterns = tuple(dict.fromkeys(triggers + stops))
+    transitions, _ = aho_corasick(patterns)
+    # Each state stands for a prefix of some pattern: what ends there, found by walking it.
+    ending = np.zeros((len(transitions), len(patterns)), bool)
+    for pattern in patterns:
+        state = ROOT
+        for i, b in enumerate(pattern):
+            state = int(transitions[state, b])
+            ending[state] = [pattern[: i + 1].endswith(p) for p in patterns]
+    stopped = ending[:, [patterns.index(p) for p in stops]].any(axis=1)
+    ended = ending[:, : len(triggers)]  # the triggers come first among the patterns
+    longest = np.where(ended, [len(t) for t in triggers], -1).argmax(axis=1)
+    first = ByteDFA(
+        np.where(ending.any(axis=1)[:, None], DEAD, transitions).astype(np.int32),  # nothing is read after
+        ended[:, which] & ~stopped & (longest == which),
+        ROOT,
+    )
     return rx.Automaton(rx.intersect(rx.to_dfa(rx.star(ANY_CHAR)), first))
 
 
