@@ -72,6 +72,20 @@ class NFABuilder:
         """Match one code point in ``ranges`` (inclusive pairs), as its UTF-8 bytes."""
         return self.byte_ranges(_utf8_split(tuple(ranges)))
 
+    def copy(self, dfa: ByteDFA, moves: list[list[tuple[int, int, int]]] | None = None) -> Fragment:
+        """A copy of ``dfa``'s live states whose accepting states lead to the fragment's end
+        (``moves``: its `dfa_moves`, computed once for several copies)."""
+        end = self.state()
+        if dfa.start == DEAD:
+            return Fragment(self.state(), end)
+        moves = dfa_moves(dfa) if moves is None else moves
+        offset = len(self.edges) - 1  # live state s becomes s + offset
+        if offset + dfa.num_states > MAX_NFA_STATES:
+            raise GrammarError(f"pattern too large: more than {MAX_NFA_STATES} NFA states")
+        self.edges += [[(lo, hi, t + offset) for lo, hi, t in row] for row in moves]
+        self.epsilons += [[end] if a else [] for a in dfa.accepting[1:].tolist()]
+        return Fragment(dfa.start + offset, end)
+
     def literal(self, data: bytes) -> Fragment:
         return self.concat([self.byte_ranges([((b, b),)]) for b in data])
 
@@ -148,6 +162,30 @@ class ByteDFA:
     def accepts(self, data: bytes) -> bool:
         """Whether ``data`` is in the language (state 0, dead, never accepts)."""
         return bool(self.accepting[self.walk(self.start, data)])
+
+
+def dfa_moves(dfa: ByteDFA) -> list[list[tuple[int, int, int]]]:
+    """Per live state ``s`` of ``dfa`` (1 to S-1, at index ``s - 1``), its moves to live states
+    as ``(lo, hi, target)`` byte ranges."""
+    out = []
+    for row in dfa.transitions[1:]:
+        bounds = np.flatnonzero(np.diff(row)) + 1
+        starts, stops = [0, *bounds.tolist()], [*bounds.tolist(), 256]
+        targets = row[starts].tolist()
+        out.append([(lo, hi - 1, t) for lo, hi, t in zip(starts, stops, targets) if t != DEAD])
+    return out
+
+
+def is_finite(dfa: ByteDFA) -> bool:
+    """Whether ``dfa`` accepts finitely many strings: no cycle through its live states (all but
+    the dead one, in a DFA from `minimise`), found by peeling states without live successors."""
+    live = np.ones(dfa.num_states, bool)
+    live[DEAD] = False
+    while True:
+        peeled = live & live[dfa.transitions].any(axis=1)
+        if (peeled == live).all():
+            return not live.any()
+        live = peeled
 
 
 def pausing_gc(function):

@@ -8,14 +8,15 @@ excludes (object keys other than the declared ones, ``not``, ``allOf`` over patt
 Nodes:
   `Chars`: one code point from a set of ranges. `Text`: a literal string. `Seq`, `Alt`:
   concatenation and union. `Repeat`: ``body{lo,hi}`` (``hi=None``: unbounded). `Automaton`: a
-  byte DFA used as a node.
+  byte DFA used as a node. `Interleave`: items in any order, some at most once (an object's
+  members when their order is free).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from ananke_jax._src.compile.automaton import (
     minimise,
     pausing_gc,
 )
+from ananke_jax._src.compile.interleave import Hubs, hubs, interleave_fragment
 from ananke_jax._src.errors import GrammarError
 
 
@@ -71,7 +73,30 @@ class Automaton:
     dfa: ByteDFA
 
 
-Node = Chars | Text | Seq | Alt | Repeat | Automaton
+@dataclasses.dataclass(frozen=True)
+class Interleave:
+    """``lo`` to ``hi`` items (``hi=None``: unbounded) joined by ``separator``: each of
+    ``members`` at most once, in any order (exactly once where ``required`` says so), and
+    ``extra`` any number of times."""
+
+    members: tuple[Node, ...]
+    required: tuple[bool, ...]
+    extra: Node
+    separator: Node
+    lo: int
+    hi: int | None
+
+    @property
+    def parts(self) -> tuple[Node, ...]:
+        return (*self.members, self.extra, self.separator)
+
+    def hubs(self) -> Hubs:
+        """The places between items (`interleave.hubs`); members that are `NOTHING` are never
+        written."""
+        return hubs(self.required, [m != NOTHING for m in self.members], self.extra != NOTHING, self.lo, self.hi)
+
+
+Node = Chars | Text | Seq | Alt | Repeat | Automaton | Interleave
 
 EMPTY = Seq(())  # the empty string
 NOTHING = Alt(())  # the empty language
@@ -125,6 +150,12 @@ def repeat(body: Node, lo: int, hi: int | None) -> Node:
     return body if (lo, hi) == (1, 1) else Repeat(body, lo, hi)
 
 
+def interleave(members: Sequence[Node], required: Sequence[bool], extra: Node, separator: Node, lo: int, hi: int | None) -> Node:
+    """`Interleave` (the empty language when no count of the items is allowed)."""
+    node = Interleave(tuple(members), tuple(required), extra, separator, lo, hi)
+    return node if node.hubs().accepting else NOTHING
+
+
 def optional(body: Node) -> Node:
     return repeat(body, 0, 1)
 
@@ -134,8 +165,9 @@ def star(body: Node) -> Node:
 
 
 def leaves(node) -> Iterator:
-    """The nodes under ``node`` that are not `Seq`, `Alt` or `Repeat`, left to right."""
-    if isinstance(node, (Seq, Alt)):
+    """The nodes under ``node`` that are not `Seq`, `Alt`, `Repeat` or `Interleave`, left to
+    right."""
+    if isinstance(node, (Seq, Alt, Interleave)):
         for part in node.parts:
             yield from leaves(part)
     elif isinstance(node, Repeat):
@@ -156,12 +188,15 @@ def rewrite(node, fn: Callable) -> Node:
         return alt(*[rewrite(p, fn) for p in node.parts])
     if isinstance(node, Repeat):
         return repeat(rewrite(node.body, fn), node.lo, node.hi)
+    if isinstance(node, Interleave):
+        members = [rewrite(p, fn) for p in node.members]
+        return interleave(members, node.required, rewrite(node.extra, fn), rewrite(node.separator, fn), node.lo, node.hi)
     return node
 
 
 def map_leaves(node, fn: Callable) -> Node:
     """``node`` with every leaf (see `leaves`) replaced by ``fn(leaf)``."""
-    return rewrite(node, lambda n: None if isinstance(n, (Seq, Alt, Repeat)) else fn(n))
+    return rewrite(node, lambda n: None if isinstance(n, (Seq, Alt, Repeat, Interleave)) else fn(n))
 
 
 def join(items: list[Node], separator: Node) -> Node:
@@ -195,29 +230,15 @@ def to_fragment(node: Node, b: NFABuilder) -> Fragment:
     if isinstance(node, Repeat):
         return b.repeat(lambda: to_fragment(node.body, b), node.lo, node.hi)
     if isinstance(node, Automaton):
-        return _dfa_fragment(node.dfa, b)
+        return b.copy(node.dfa)
+    if isinstance(node, Interleave):
+        members = [to_dfa(m) for m in node.members]
+        return interleave_fragment(b, members, node.required, to_dfa(node.extra), to_dfa(node.separator), node.lo, node.hi)
     raise TypeError(f"not a regex node: {node!r}")
 
 
 def _nothing(b: NFABuilder) -> Fragment:
     return Fragment(b.state(), b.state())  # no path from start to end
-
-
-def _dfa_fragment(dfa: ByteDFA, b: NFABuilder) -> Fragment:
-    """Copy a DFA's live states into the NFA; accepting states lead to the fragment's end."""
-    end = b.state()
-    if dfa.start == DEAD:
-        return Fragment(b.state(), end)
-    states = {s: b.state() for s in range(1, dfa.num_states)}
-    for s, nfa_state in states.items():
-        row = dfa.transitions[s]
-        bounds = np.flatnonzero(np.diff(row)) + 1
-        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), 256]):
-            if row[lo] != DEAD:
-                b.edges[nfa_state].append((lo, hi - 1, states[int(row[lo])]))
-        if dfa.accepting[s]:
-            b.epsilons[nfa_state].append(end)
-    return Fragment(states[dfa.start], end)
 
 
 def intersect(a: ByteDFA, b: ByteDFA) -> ByteDFA:
@@ -348,7 +369,9 @@ def _merged(moves: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
 
 
 def to_regex(node: Node) -> str:
-    """Python regex text of ``node`` (full match); automata are first turned into trees."""
+    """Python regex text of ``node`` (full match); automata and interleavings are first turned
+    into trees."""
+    node = rewrite(node, lambda n: Automaton(to_dfa(n)) if isinstance(n, Interleave) else None)
     return _regex(map_leaves(node, lambda leaf: dfa_to_node(leaf.dfa) if isinstance(leaf, Automaton) else leaf))
 
 

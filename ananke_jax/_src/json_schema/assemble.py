@@ -97,6 +97,8 @@ class _Writer:
             helper = self.helper()
             self.define(helper, node)
             return [helper]
+        if isinstance(node, rx.Interleave):
+            return [self.interleaving(node)]
         if isinstance(node, rx.Repeat):
             body = self.symbols(node.body)
             out = body * node.lo
@@ -111,6 +113,32 @@ class _Writer:
                 tail = [optional]
             return out + tail
         raise TypeError(f"not a rule body node: {node!r}")
+
+    def interleaving(self, node: rx.Interleave) -> str:
+        """A nonterminal of ``node`` whose items recurse: one helper per hub (`interleave.hubs`)
+        for the items before it, left-recursive as loops are (``P(S+i) -> P(S) sep item_i``),
+        so that the stack does not grow with the items."""
+        graph = node.hubs()
+        items = [*node.members, node.extra]
+        names: dict = {}
+        spelled: dict[tuple[int, bool], list[str]] = {}  # (item, after another) -> symbols
+
+        def name(hub) -> str:
+            if hub not in names:
+                names[hub] = self.helper()
+            return names[hub]
+
+        def item(i: int, later: bool) -> list[str]:
+            if (i, later) not in spelled:
+                spelled[i, later] = self.symbols(rx.seq(node.separator, items[i]) if later else items[i])
+            return spelled[i, later]
+
+        whole = self.helper()
+        self.rules.append(Rule(name((0, 0)), ()))
+        for hub, i, after in graph.moves:
+            self.rules.append(Rule(name(after), (name(hub), *item(i, hub[1] > 0))))
+        self.rules += [Rule(whole, (name(hub),)) for hub in graph.accepting]
+        return whole
 
     def terminal(self, node: rx.Node) -> str:
         if node not in self.terminals:
@@ -132,7 +160,12 @@ class _Writer:
 
 
 def _has_automaton(node) -> bool:
-    return any(isinstance(leaf, rx.Automaton) for leaf in rx.leaves(node))
+    """Whether printing ``node`` turns an automaton into a regex (slow on large ones)."""
+    if isinstance(node, (rx.Automaton, rx.Interleave)):
+        return True
+    if isinstance(node, rx.Repeat):
+        return _has_automaton(node.body)
+    return isinstance(node, (rx.Seq, rx.Alt)) and any(map(_has_automaton, node.parts))
 
 
 def _readable_names(pointers: list[str], start: str) -> dict[str, str]:
