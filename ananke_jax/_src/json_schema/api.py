@@ -18,11 +18,13 @@ from ananke_jax._src.ir import Grammar
 from ananke_jax._src.json_schema import strings
 from ananke_jax._src.json_schema.assemble import inline, recursive_rules, to_grammar
 from ananke_jax._src.json_schema.compiler import SchemaCompiler
-from ananke_jax._src.json_schema.gaps import expand_gaps, with_bounded_gaps
+from ananke_jax._src.json_schema.gaps import MAX_WHITESPACE_RUN, expand_gaps, with_bounded_gaps
+from ananke_jax._src.json_schema.layout import is_count
 from ananke_jax._src.json_schema.rules import Rules
 from ananke_jax._src.vocab import Vocabulary
 
 DEFAULT_MAX_DEPTH = 32
+DEFAULT_MAX_DIGITS = 20  # digits of int64 and of a double's shortest round trip, with room
 
 
 @pausing_gc
@@ -32,7 +34,11 @@ def json_schema_rules(
     whitespace="flexible",
     strict: bool = True,
     allow_additional: bool = False,
+    any_order: bool = False,
     max_depth: int = DEFAULT_MAX_DEPTH,
+    max_whitespace: int = MAX_WHITESPACE_RUN,
+    max_digits: int | None = DEFAULT_MAX_DIGITS,
+    max_string_length: int | None = None,
     placeholder_gaps: bool = False,
 ) -> Rules:
     """Translate ``schema`` (a dict, bool or JSON text) into rules; options as `compile_json_schema`
@@ -42,14 +48,24 @@ def json_schema_rules(
             schema = json.loads(schema, parse_float=decimal.Decimal)
         except json.JSONDecodeError as e:
             raise SchemaError(f"invalid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
-    if not isinstance(max_depth, int) or max_depth < 1:
+    if not (is_count(max_depth) and max_depth >= 1):
         raise SchemaError(f"max_depth must be a positive integer, got {max_depth!r}")
+    if max_digits is not None and not (is_count(max_digits) and max_digits >= 1):
+        raise SchemaError(f"max_digits must be a positive integer or None, got {max_digits!r}")
+    if max_string_length is not None and not is_count(max_string_length):
+        raise SchemaError(f"max_string_length must be a non-negative integer or None, got {max_string_length!r}")
+    if not isinstance(any_order, bool):
+        raise SchemaError(f"any_order must be True or False, got {any_order!r}")
     compiler = SchemaCompiler(
         schema,
         whitespace=whitespace,
         strict=strict,
         allow_additional=allow_additional,
+        any_order=any_order,
         max_depth=max_depth,
+        max_whitespace=max_whitespace,
+        max_digits=max_digits,
+        max_string_length=max_string_length,
         placeholder_gaps=placeholder_gaps,
     )
     start = compiler.rule("#", 0)
@@ -83,7 +99,11 @@ def compile_json_schema(
     whitespace: str | int = "flexible",
     strict: bool = True,
     allow_additional: bool = False,
+    any_order: bool = False,
     max_depth: int = DEFAULT_MAX_DEPTH,
+    max_whitespace: int = MAX_WHITESPACE_RUN,
+    max_digits: int | None = DEFAULT_MAX_DIGITS,
+    max_string_length: int | None = None,
     max_configs: int = DEFAULT_MAX_CONFIGS,
     engine: str = "auto",
 ) -> RegularGrammar | PushdownGrammar:
@@ -93,7 +113,7 @@ def compile_json_schema(
       schema: the schema, as a dict, a bool, or JSON text.
       vocab: the vocabulary.
       whitespace: ``"flexible"`` (any JSON whitespace inside containers, runs of at most
-        `gaps.MAX_WHITESPACE_RUN`), ``"compact"`` (none), or an indent width ``n`` (exactly
+        ``max_whitespace``), ``"compact"`` (none), or an indent width ``n`` (exactly
         ``json.dumps(value, indent=n)``'s layout).
       strict: raise `SchemaError` on keywords that cannot be compiled; False ignores them with a
         warning (the relaxation is named in the message). Either way, a ``oneOf`` whose branches
@@ -103,8 +123,19 @@ def compile_json_schema(
         or ``required``) but not ``additionalProperties``, and arrays with ``prefixItems`` but no
         ``items``, allow further members as the specification says (any value). The default,
         False, allows only what the schema describes, like XGrammar's strict mode.
+      any_order: every object's properties may come in any order, each at most once (the
+        required ones exactly once), other allowed members among them. The constraint tracks
+        which were written, so its size doubles with each property: `SchemaError` beyond
+        `objects.MAX_ANY_ORDER_PROPERTIES` in one object (costs in docs/guide.md).
       max_depth: nesting bound where it matters: the pushdown stack of a recursive schema gets
         room for about this many levels; with an indent layout, deeper recursion is not written.
+      max_whitespace: the longest run of flexible whitespace (0: none).
+      max_digits: the most digits in the integer part, the fraction and the exponent of a
+        number each, so that a model cannot write digits until ``max_tokens`` (None: no bound).
+        Where a bound of the schema has more digits, one more than it has.
+      max_string_length: the most code points of a string whose schema leaves its length
+        unbounded (no ``maxLength``, and an infinite ``pattern`` or ``format`` if any), object
+        keys not named by the schema included (None: no bound).
       max_configs: parse configurations kept by the pushdown engine (recursive schemas).
       engine: ``"auto"`` (a token DFA unless the schema recurses) or ``"pushdown"`` (always the
         pushdown engine, e.g. to share a grammar bank with recursive schemas).
@@ -121,33 +152,51 @@ def compile_json_schema(
         raise SchemaError(f"engine must be 'auto' or 'pushdown', got {engine!r}")
     placeholders = whitespace == "flexible"
     rules = json_schema_rules(
-        schema, whitespace=whitespace, strict=strict, allow_additional=allow_additional, max_depth=max_depth, placeholder_gaps=placeholders
+        schema,
+        whitespace=whitespace,
+        strict=strict,
+        allow_additional=allow_additional,
+        any_order=any_order,
+        max_depth=max_depth,
+        max_whitespace=max_whitespace,
+        max_digits=max_digits,
+        max_string_length=max_string_length,
+        placeholder_gaps=placeholders,
     )
+    options = dict(stack_depth=4 * max_depth, max_configs=max_configs, engine=engine, max_whitespace=max_whitespace)
     try:
-        return compile_rules(rules, vocab, gaps=placeholders, stack_depth=4 * max_depth, max_configs=max_configs, engine=engine)
+        return compile_rules(rules, vocab, gaps=placeholders, **options)
     except GrammarError as e:
         raise SchemaError(f"the schema cannot be compiled: {e}") from None
 
 
 def compile_rules(
-    rules: Rules, vocab: Vocabulary, *, gaps: bool, stack_depth: int, max_configs: int, engine: str = "auto"
+    rules: Rules,
+    vocab: Vocabulary,
+    *,
+    gaps: bool,
+    stack_depth: int,
+    max_configs: int,
+    engine: str = "auto",
+    max_whitespace: int = MAX_WHITESPACE_RUN,
 ) -> RegularGrammar | PushdownGrammar:
     """Compile rules over regex trees (JSON Schemas, structural tags) for ``vocab``: one token
     DFA when no rule recurses and ``engine`` is ``"auto"``, else the pushdown engine, recursive
-    rules as nonterminals. ``gaps``: the trees hold placeholder gaps (`gaps.GAP`).
+    rules as nonterminals. ``gaps``: the trees hold placeholder gaps (`gaps.GAP`), made runs of at
+    most ``max_whitespace`` whitespace bytes.
 
     Raises:
       SchemaError: the language is empty. GrammarError: the pushdown engine refuses the rules.
     """
     recursive = recursive_rules(rules)
     if not recursive and engine == "auto":
-        return _compile_regular(inline(rules, set())[rules.start], vocab, gaps=gaps)
+        return _compile_regular(inline(rules, set())[rules.start], vocab, gaps=gaps, max_whitespace=max_whitespace)
     if gaps:
-        rules = Rules(rules.start, {name: with_bounded_gaps(body) for name, body in rules.bodies.items()})
+        rules = Rules(rules.start, {name: with_bounded_gaps(body, max_whitespace) for name, body in rules.bodies.items()})
     return compile_grammar(to_grammar(rules, recursive), vocab, stack_depth=stack_depth, max_configs=max_configs)
 
 
-def _compile_regular(node: rx.Node, vocab: Vocabulary, *, gaps: bool) -> RegularGrammar:
+def _compile_regular(node: rx.Node, vocab: Vocabulary, *, gaps: bool, max_whitespace: int) -> RegularGrammar:
     """Compile a schema's regular language ``node`` to a token DFA, its strings' characters
     first as placeholders (`strings.UNIT`, expanded by `expand_unit_loops`) unless a string
     alternates them with literal characters, and its gaps expanded when they are placeholders."""
@@ -156,7 +205,7 @@ def _compile_regular(node: rx.Node, vocab: Vocabulary, *, gaps: bool) -> Regular
         dfa = rx.to_dfa(tree)
         if dfa.start == DEAD:
             raise SchemaError("the schema accepts no JSON value")
-        return expand_gaps(dfa) if gaps else dfa
+        return expand_gaps(dfa, max_whitespace) if gaps else dfa
 
     expanded = expand_unit_loops(automaton(strings.with_placeholder_units(node)), strings.string_units())
     if expanded is None:

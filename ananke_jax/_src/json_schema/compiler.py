@@ -35,11 +35,27 @@ from ananke_jax._src.json_schema.scalars import Scalars
 class SchemaCompiler(Combinators, Negation, Scalars, Arrays, Objects):
     """Translates one schema document; use `ananke_jax._src.json_schema.api.json_schema_rules`."""
 
-    def __init__(self, root, *, whitespace, strict: bool, allow_additional: bool, max_depth: int, placeholder_gaps: bool = False):
+    def __init__(
+        self,
+        root,
+        *,
+        whitespace,
+        strict: bool,
+        allow_additional: bool,
+        any_order: bool,
+        max_depth: int,
+        max_whitespace: int,
+        max_digits: int | None,
+        max_string_length: int | None,
+        placeholder_gaps: bool = False,
+    ):
         self.resolver = Resolver(root)
-        self.layout = Layout(whitespace, placeholder_gaps=placeholder_gaps)
+        self.layout = Layout(whitespace, placeholder_gaps=placeholder_gaps, max_whitespace=max_whitespace)
         self.strict = strict
         self.allow_additional = allow_additional
+        self.any_order = any_order
+        self.max_digits = max_digits
+        self.max_string_length = max_string_length
         self.max_depth = max_depth
         self.bodies: dict[str, rx.Node | None] = {}
         self._key_patterns: dict[str, ByteDFA] = {}

@@ -1,8 +1,8 @@
 """Flexible whitespace gaps as placeholders, expanded after determinisation.
 
-A flexible gap as a regex, ``[ \t\n\r]{0,24}``, costs 25 automaton states in every place it
-appears, and most states of a schema's automaton are such counters: building them through an
-NFA, subset construction and minimisation took about half of a compile. So a regular schema is
+A flexible gap as a regex, ``[ \t\n\r]{0,24}`` by default, costs 25 automaton states in every
+place it appears, and most states of a schema's automaton are such counters: building them
+through an NFA, subset construction and minimisation took about half of a compile. So a regular schema is
 compiled with `GAP`, an unbounded loop on one placeholder byte, in their place, and the small
 automaton then gets its whitespace bytes and run counters directly (`expand_gaps`).
 """
@@ -14,10 +14,14 @@ import numpy as np
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA
 
-MAX_WHITESPACE_RUN = 24  # longest whitespace run in "flexible" mode; the model cannot loop on it
+MAX_WHITESPACE_RUN = 24  # default longest whitespace run in "flexible" mode; the model cannot loop on it
 WHITESPACE = b" \t\n\r"
 GAP_BYTE = 0xFF  # never in UTF-8 text, and so free to stand for the whitespace of a gap
-BOUNDED_GAP = rx.repeat(rx.chars(*WHITESPACE.decode()), 0, MAX_WHITESPACE_RUN)
+
+
+def bounded_gap(run: int = MAX_WHITESPACE_RUN) -> rx.Node:
+    """Flexible whitespace: any run of at most ``run`` whitespace bytes."""
+    return rx.repeat(rx.chars(*WHITESPACE.decode()), 0, run)
 
 
 def _gap_loop() -> ByteDFA:
@@ -26,17 +30,19 @@ def _gap_loop() -> ByteDFA:
     return ByteDFA(transitions, np.array([False, True]), start=1)
 
 
-GAP = rx.Automaton(_gap_loop())  # GAP_BYTE*, a placeholder for BOUNDED_GAP
+GAP = rx.Automaton(_gap_loop())  # GAP_BYTE*, a placeholder for `bounded_gap`
 
 
-def with_bounded_gaps(node: rx.Node) -> rx.Node:
-    """``node`` with its placeholder gaps, `GAP` or inside automata, made bounded whitespace."""
+def with_bounded_gaps(node: rx.Node, run: int = MAX_WHITESPACE_RUN) -> rx.Node:
+    """``node`` with its placeholder gaps, `GAP` or inside automata, made runs of at most
+    ``run`` whitespace bytes."""
+    gap = bounded_gap(run)
 
     def bound(leaf):
         if leaf is GAP:
-            return BOUNDED_GAP
+            return gap
         if isinstance(leaf, rx.Automaton) and leaf.dfa.transitions[:, GAP_BYTE].any():
-            return rx.Automaton(expand_gaps(leaf.dfa))
+            return rx.Automaton(expand_gaps(leaf.dfa, run))
         return leaf
 
     return rx.map_leaves(node, bound)
@@ -49,7 +55,7 @@ def expand_gaps(dfa: ByteDFA, run: int = MAX_WHITESPACE_RUN) -> ByteDFA:
     copies, one per count of whitespace bytes read since the last other byte; a state only
     entered through a gap keeps its copies alone. Gaps stand outside strings and whitespace bytes
     inside them, so no state reads both. The result of a minimal ``dfa`` is minimal (tests check
-    it against the automaton of `BOUNDED_GAP`).
+    it against the automaton of `bounded_gap`).
     """
     t = dfa.transitions
     after_gap = t[:, GAP_BYTE]

@@ -7,19 +7,26 @@ from __future__ import annotations
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.errors import SchemaError
-from ananke_jax._src.json_schema.gaps import BOUNDED_GAP, GAP
+from ananke_jax._src.json_schema.gaps import GAP, MAX_WHITESPACE_RUN, bounded_gap
+
+
+def is_count(value) -> bool:
+    """Whether ``value`` is a non-negative int (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 class Layout:
-    """Separators as regex nodes. ``depth`` is the nesting depth of the container."""
+    """Separators as regex nodes. ``depth`` is the nesting depth of the container; flexible
+    whitespace runs are at most ``max_whitespace`` long (0: none)."""
 
-    def __init__(self, whitespace: str | int, *, placeholder_gaps: bool = False):
-        if whitespace not in ("flexible", "compact") and not (
-            isinstance(whitespace, int) and not isinstance(whitespace, bool) and whitespace >= 0
-        ):
+    def __init__(self, whitespace: str | int, *, placeholder_gaps: bool = False, max_whitespace: int = MAX_WHITESPACE_RUN):
+        if whitespace not in ("flexible", "compact") and not is_count(whitespace):
             raise SchemaError(f"whitespace must be 'flexible', 'compact' or an indent width, got {whitespace!r}")
+        if not is_count(max_whitespace):
+            raise SchemaError(f"max_whitespace must be a non-negative integer, got {max_whitespace!r}")
         self.indent = whitespace if isinstance(whitespace, int) else None
-        self._gap = (GAP if placeholder_gaps else BOUNDED_GAP) if whitespace == "flexible" else rx.EMPTY
+        flexible = whitespace == "flexible" and max_whitespace > 0
+        self._gap = (GAP if placeholder_gaps else bounded_gap(max_whitespace)) if flexible else rx.EMPTY
 
     @property
     def depth_dependent(self) -> bool:

@@ -3,6 +3,8 @@
 A number is written ``-?(0|[1-9][0-9]*)(\\.[0-9]+)?`` (an exponent only where the number is
 unbounded on both sides), so an interval is a condition on two digit strings, the integer part and
 the fraction, decided digit by digit. Negative numbers mirror positive ones; ``-0`` is not written.
+Each run of digits may be bounded (``max_digits``), so that a model cannot write digits until its
+token budget runs out.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ DIGIT = rx.chars("09")
 DIGITS = rx.star(DIGIT)
 _NONZERO = rx.chars("19")
 _FRACTION = rx.seq(rx.Text("."), rx.repeat(DIGIT, 1, None))
-_EXPONENT = rx.seq(rx.chars("e", "E"), rx.optional(rx.chars("+", "-")), rx.repeat(DIGIT, 1, None))
 MAX_MULTIPLE_OF = 10_000  # remainders tracked by the multipleOf automaton
 # One spelling per value, where languages are compared: no exponent, no trailing zero in the
 # fraction, no "-0".
@@ -32,29 +33,37 @@ CANONICAL = rx.alt(
 )
 
 
-def json_number(*, integer: bool) -> rx.Node:
-    """Any JSON integer (no fraction or exponent) or any JSON number."""
-    magnitude = rx.alt(rx.Text("0"), rx.seq(_NONZERO, DIGITS))
+def json_number(*, integer: bool, max_digits: int | None = None) -> rx.Node:
+    """Any JSON integer (no fraction or exponent) or any JSON number, with at most ``max_digits``
+    digits in its integer part, fraction and exponent each (None: any number)."""
+    magnitude = rx.alt(rx.Text("0"), rx.seq(_NONZERO, rx.repeat(DIGIT, 0, None if max_digits is None else max_digits - 1)))
     if integer:
         return rx.seq(rx.optional(rx.Text("-")), magnitude)
-    return rx.seq(rx.optional(rx.Text("-")), magnitude, rx.optional(_FRACTION), rx.optional(_EXPONENT))
+    digits = rx.repeat(DIGIT, 1, max_digits)
+    exponent = rx.seq(rx.chars("e", "E"), rx.optional(rx.chars("+", "-")), digits)
+    return rx.seq(rx.optional(rx.Text("-")), magnitude, rx.optional(rx.seq(rx.Text("."), digits)), rx.optional(exponent))
 
 
-def interval(lo: decimal.Decimal | None, lo_open: bool, hi: decimal.Decimal | None, hi_open: bool, *, integer: bool) -> rx.Node:
+def interval(
+    lo: decimal.Decimal | None, lo_open: bool, hi: decimal.Decimal | None, hi_open: bool, *, integer: bool, max_digits: int | None = None
+) -> rx.Node:
     """Numbers ``x`` with ``lo <(=) x <(=) hi`` (a None bound is absent), written without exponent.
 
     Exact for every bound: the comparison runs on the decimal digits, so ``0.1`` is a bound as
-    exact as ``1``.
+    exact as ``1``. ``max_digits`` bounds the digits of the integer part and of the fraction
+    (None: no bound), raised to one more than a bound's own where it has more, so that a bound
+    never empties the interval.
     """
     if lo is None and hi is None:
-        return json_number(integer=integer)
+        return json_number(integer=integer, max_digits=max_digits)
+    caps = [] if max_digits is None else [_magnitudes(max_digits, [b for b in (lo, hi) if b is not None], integer)]
     parts = []
     # x >= 0: magnitudes m with lo <= m <= hi.
     if hi is None or hi > 0 or (hi == 0 and not hi_open):
         conditions = [_at_least(max(lo, 0) if lo is not None else 0, lo_open and lo >= 0, integer)]
         if hi is not None:
             conditions.append(_at_most(hi, hi_open, integer))
-        parts.append(_all_of(conditions))
+        parts.append(_all_of(conditions + caps))
     # x < 0: "-" and magnitudes m > 0 with -hi <= m <= -lo (mirrored bounds).
     if lo is None or lo < 0:
         conditions = [_at_least(0, True, integer)]
@@ -62,8 +71,17 @@ def interval(lo: decimal.Decimal | None, lo_open: bool, hi: decimal.Decimal | No
             conditions.append(_at_least(-hi, hi_open, integer))
         if lo is not None:
             conditions.append(_at_most(-lo, lo_open, integer))
-        parts.append(rx.seq(rx.Text("-"), _all_of(conditions)))
+        parts.append(rx.seq(rx.Text("-"), _all_of(conditions + caps)))
     return rx.alt(*parts)
+
+
+def _magnitudes(max_digits: int, bounds: list[decimal.Decimal], integer: bool) -> rx.Node:
+    """Magnitudes with at most ``max_digits`` digits in the integer part and in the fraction, or
+    one more than the longest of ``bounds`` has there."""
+    whole, fraction = zip(*[_split(abs(b)) for b in bounds])
+    room = lambda parts: max(max_digits, max(map(len, parts)) + 1)
+    node = rx.repeat(DIGIT, 1, room(whole))
+    return node if integer else rx.seq(node, rx.optional(rx.seq(rx.Text("."), rx.repeat(DIGIT, 1, room(fraction)))))
 
 
 def _all_of(nodes: list[rx.Node]) -> rx.Node:

@@ -1,8 +1,9 @@
 """Objects: members declared by ``properties`` and ``required``, the others by
 ``patternProperties`` and ``additionalProperties``, key names, and member counts.
 
-Members are written in the order of their declaration; undeclared keys fall into one region per
-combination of the patterns they match.
+Members are written in the order of their declaration, or with the ``any_order`` option in any
+order (an `rx.Interleave`); undeclared keys fall into one region per combination of the patterns
+they match.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from ananke_jax._src.json_schema.refs import child
 from ananke_jax._src.json_schema.rules import is_regular
 
 MAX_PATTERN_PROPERTIES = 6  # key regions are the 2**n combinations of pattern matches
+MAX_ANY_ORDER_PROPERTIES = 10  # any_order: states double with each (costs in docs/guide.md)
 
 
 class Objects:
-    """The methods of `SchemaCompiler` for objects and their keys (they use its layout,
-    ``allow_additional`` option, `flatten`, `merge`, `value` and `unsupported`)."""
+    """The methods of `SchemaCompiler` for objects and their keys (they use its layout, its
+    ``allow_additional``, ``any_order`` and ``max_string_length`` options, `flatten`, `merge`,
+    `value` and `unsupported`)."""
 
     def merged_members(self, parts: list[dict], pointer: str) -> dict:
         """``properties``, ``patternProperties`` and ``additionalProperties`` of several schemas:
@@ -103,6 +106,18 @@ class Objects:
         lo = max(counts(s, "minProperties", pointer) or [0])
         his = counts(s, "maxProperties", pointer)
         hi = min(his) if his else None
+        may_be_empty = lo == 0 and not any(needed for _, needed in declared)
+        if self.any_order and len(declared) + (extra != rx.NOTHING) > 1:
+            if len(declared) > MAX_ANY_ORDER_PROPERTIES:
+                raise SchemaError(
+                    f"any_order: {len(declared)} properties, more than the limit of {MAX_ANY_ORDER_PROPERTIES}"
+                    " (the constraint tracks which were written: its size doubles with each)",
+                    keyword="properties",
+                    pointer=pointer,
+                )
+            members, required = zip(*declared) if declared else ((), ())
+            items = rx.interleave(members, required, extra, comma, max(lo, 1), hi)
+            return self.layout.container("{}", items, may_be_empty, depth)
         cap = hi + 1 if hi is not None else lo
         after_memo: dict = {}
 
@@ -131,7 +146,6 @@ class Objects:
             written = rx.seq(node, after(i + 1, 1))
             return written if needed else rx.alt(written, first(i + 1))
 
-        may_be_empty = lo == 0 and not any(needed for _, needed in declared)
         return self.layout.container("{}", first(0), may_be_empty, depth)
 
     def additional(self, s: dict):
@@ -155,7 +169,7 @@ class Objects:
         """Members with undeclared keys: one region per combination of matching patterns."""
         if additional is False and not patterns:
             return rx.NOTHING
-        keys = strings.any_key()
+        keys = strings.any_key(self.max_string_length)
         if properties:
             keys = rx.difference(keys, rx.to_dfa(rx.alt(*[strings.spelled(rx.Text(n)) for n in properties])))
         if names is not None:

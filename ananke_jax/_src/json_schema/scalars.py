@@ -15,7 +15,7 @@ from ananke_jax._src.json_schema.rules import automaton_node, is_regular
 
 class Scalars:
     """The methods of `SchemaCompiler` for values given by list and for numbers and strings (they
-    use its layout, `typed` and `unsupported`)."""
+    use its layout, ``max_digits`` and ``max_string_length`` options, `typed` and `unsupported`)."""
 
     def enum(self, s: dict, pointer: str, depth: int, declared: set[str]) -> dict[str, rx.Node]:
         """The values ``s`` lists (``enum``, ``const``) that its other keywords and the types
@@ -56,7 +56,7 @@ class Scalars:
         if isinstance(v, bool) or v is None:
             return rx.Text(json.dumps(v))
         number = to_decimal(v, "enum", "#")
-        return numbers.interval(number, False, number, False, integer=False)
+        return numbers.interval(number, False, number, False, integer=False, max_digits=self.max_digits)
 
     def number(self, s: dict, pointer: str, integer: bool) -> rx.Node:
         """The numbers within the bounds of ``s`` and multiples of its ``multipleOf`` (only
@@ -72,7 +72,7 @@ class Scalars:
                 v = to_decimal(s[key], key, pointer)
                 if hi is None or v < hi or (v == hi and bound):
                     hi, hi_open = v, bound
-        node = numbers.interval(lo, lo_open, hi, hi_open, integer=integer)
+        node = numbers.interval(lo, lo_open, hi, hi_open, integer=integer, max_digits=self.max_digits)
         for m in as_list(s.get("multipleOf", [])):
             d = to_decimal(m, "multipleOf", pointer)
             if d <= 0:
@@ -95,4 +95,4 @@ class Scalars:
                 values.append(node)
         lo = max(counts(s, "minLength", pointer) or [0])
         his = counts(s, "maxLength", pointer)
-        return strings.string_body(lo, min(his) if his else None, values)
+        return strings.string_body(lo, min(his) if his else None, values, self.max_string_length)

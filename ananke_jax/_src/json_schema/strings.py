@@ -16,7 +16,7 @@ import numpy as np
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile import utf8
-from ananke_jax._src.compile.automaton import ByteDFA
+from ananke_jax._src.compile.automaton import ByteDFA, is_finite
 from ananke_jax._src.compile.unit_loops import UnitLanguage
 
 _SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
@@ -72,20 +72,29 @@ def literal(text: str) -> rx.Node:
     return rx.Text(json.dumps(text, ensure_ascii=False))
 
 
-def string_body(min_length: int, max_length: int | None, values: list[rx.Node]) -> rx.Node:
+def string_body(min_length: int, max_length: int | None, values: list[rx.Node], longest: int | None = None) -> rx.Node:
     """Spellings (without quotes) of strings with ``min_length <= len <= max_length`` code points
-    that lie in every language of ``values`` (spelled canonically when there is any)."""
+    that lie in every language of ``values`` (spelled canonically when there is any); where these
+    leave the length unbounded, at most ``longest`` code points, or ``min_length`` if more (None:
+    unbounded)."""
+    if max_length is None and longest is not None and (not values or not is_finite(_all_of(values))):
+        max_length = max(longest, min_length)
     if not values:
         return rx.repeat(ANY_UNIT, min_length, max_length)
     if len(values) == 1 and (min_length, max_length) == (0, None):
         return spelled(values[0])
-    dfas = [spelled_dfa(v) for v in values]
+    dfa = _all_of(values)
     if (min_length, max_length) != (0, None):
-        dfas.append(_canonical_length_dfa(min_length, max_length))
-    dfa = dfas[0]
-    for other in dfas[1:]:
-        dfa = rx.intersect(dfa, other)
+        dfa = rx.intersect(dfa, _canonical_length_dfa(min_length, max_length))
     return rx.Automaton(dfa) if dfa.start else rx.NOTHING
+
+
+def _all_of(values: list[rx.Node]) -> ByteDFA:
+    """The minimal DFA of the canonical spellings in every language of ``values``."""
+    dfa = spelled_dfa(values[0])
+    for v in values[1:]:
+        dfa = rx.intersect(dfa, spelled_dfa(v))
+    return dfa
 
 
 @functools.lru_cache(maxsize=64)
@@ -101,9 +110,10 @@ def _canonical_length_dfa(min_length: int, max_length: int | None):
     return rx.to_dfa(rx.repeat(CANONICAL_UNIT, min_length, max_length))
 
 
-def any_key():
-    """The minimal DFA of every canonical spelling of a string's contents (cached)."""
-    return _canonical_length_dfa(0, None)
+def any_key(longest: int | None = None):
+    """The minimal DFA of every canonical spelling of a string's contents of at most ``longest``
+    code points (None: any; cached)."""
+    return _canonical_length_dfa(0, longest)
 
 
 UNIT_BYTE = 0xFE  # never in UTF-8 text, and so free to stand for one `ANY_UNIT`
