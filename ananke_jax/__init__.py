@@ -67,6 +67,7 @@ from ananke_jax._src.runtime.step import constrained_step as constrained_step
 from ananke_jax._src.serialize import load_constraint as load_constraint
 from ananke_jax._src.serialize import save_constraint as save_constraint
 from ananke_jax._src.structural.api import compile_structural_tag as compile_structural_tag
+from ananke_jax._src.structural.api import reasoning_constraint as reasoning_constraint
 from ananke_jax._src.structural.api import reasoning_structural_tag as reasoning_structural_tag
 from ananke_jax._src.structural.api import tools_constraint as tools_constraint
 from ananke_jax._src.structural.tools import STYLES as TOOL_CALL_STYLES
@@ -91,6 +92,7 @@ __all__ = [
     "tools_constraint",
     "tools_structural_tag",
     "reasoning_structural_tag",
+    "reasoning_constraint",
     "parse_tool_calls",
     "TOOL_CALL_STYLES",
     "draft_tables",

@@ -107,7 +107,7 @@ def test_auto_and_none_allow_text_and_calls_as_the_style_says(style):
     assert aj.parse_tool_calls(("[TOOL_CALLS]" if style == "mistral" else "") + reply, TOOLS, style) == calls
     assert _walk(none, tokens) == "refused"
     assert _walk(auto, _bytes_tokens("Just text.")) == _walk(none, _bytes_tokens("Just text.")) == "accepted"
-    for tokens, done in _sample(none, VOCAB, rows=8, steps=40):
+    for tokens, _ in _sample(none, VOCAB, rows=8, steps=40):
         assert aj.parse_tool_calls(_text(VOCAB, tokens), TOOLS, style) == []
 
 
@@ -202,8 +202,7 @@ def test_bad_tools_are_refused_with_their_pointer():
 
 @pytest.mark.slow
 def test_smollm2_writes_tool_calls_that_validate(smollm2_gguf):
-    from ananke_jax.models import chat_prompt, load_smollm2
-    from ananke_jax._src.models.llama import init_cache, make_step_fn
+    from ananke_jax.models import chat_prompt, init_cache, load_smollm2, make_step_fn
 
     config, params, vocab, tokenizer = load_smollm2()
     tools = [
@@ -215,7 +214,11 @@ def test_smollm2_writes_tool_calls_that_validate(smollm2_gguf):
         f"<tools>{json.dumps(tools)}</tools>\n"
         'Answer with <tool_call>[\n{"name": "func_name", "arguments": {...}}\n]</tool_call>'
     )
-    questions = {"What is the weather in Paris?": "get_weather", "What time is it in Tokyo?": "get_time", "Is it raining in Lima?": "get_weather"}
+    questions = {
+        "What is the weather in Paris?": "get_weather",
+        "What time is it in Tokyo?": "get_time",
+        "Is it raining in Lima?": "get_weather",
+    }
     prompts = [tokenizer.encode(chat_prompt(q, system=system)).ids for q in questions]
     width = max(map(len, prompts))
     prompt = np.array([p + [0] * (width - len(p)) for p in prompts])
@@ -234,3 +237,51 @@ def test_smollm2_writes_tool_calls_that_validate(smollm2_gguf):
         [(name, arguments)] = aj.parse_tool_calls(text, tools, "smollm2")
         assert name == expected, text
         jsonschema.validate(arguments, schemas[name])
+
+
+@pytest.mark.parametrize("opened", [False, True])
+def test_reasoning_token_budget_closes_the_block_after_its_tokens(opened, sentencepiece_vocab):
+    """Against a brute-force reference on random walks: within the budget the mask is the
+    unbudgeted one; once the block has taken its tokens, exactly those that continue its end tag
+    (then the call) stay allowed."""
+    vocab, budget, begin, end = sentencepiece_vocab, 5, b"<think>", b"</think>"
+    spec = aj.tools_structural_tag(TOOLS, NAMED, style="hermes")
+    free = aj.compile_structural_tag(aj.reasoning_structural_tag(spec, opened=opened), vocab)
+    budgeted = aj.reasoning_constraint(spec, vocab, max_tokens=budget, opened=opened)
+    step, mask = jax.jit(lambda c, s, t: c.advance(s, t)), jax.jit(lambda c, s: c.token_mask(s))
+    rng, forced, closed = np.random.default_rng(0), 0, 0
+    for _ in range(6):
+        a, b, text, spent = free.init_state(), budgeted.init_state(), b"" if not opened else begin, 0
+        for _ in range(30):
+            full = np.asarray(aj.unpack_mask(mask(free, a), len(vocab)))
+            got = np.asarray(aj.unpack_mask(mask(budgeted, b), len(vocab)))
+            inside = text.startswith(begin) and end not in text
+            expected = full
+            if inside and spent >= budget:
+                depth = max(d for d in range(len(end)) if text.endswith(end[:d]))
+                rest = end[depth:]
+                expected = full & np.array([bool(t) and (rest.startswith(t) or t.startswith(rest)) for t in vocab.tokens])
+                forced += 1
+            assert (got == expected).all(), (text, spent)
+            allowed = np.flatnonzero(got)
+            if not len(allowed) or allowed.tolist() == list(vocab.eos_token_ids):
+                break
+            token = int(rng.choice([t for t in allowed if t not in vocab.eos_token_ids]))
+            spent += inside
+            text += vocab.tokens[token]
+            a, b = step(free, a, token), step(budgeted, b, token)
+        assert not bool(aj.is_error(budgeted, b))
+        closed += end in text
+    assert forced and closed, "the walks reach the spent budget and close the block"
+
+
+def test_a_token_budget_runs_in_a_vmapped_scan():
+    constraint = aj.reasoning_constraint(aj.tools_structural_tag(TOOLS, NAMED, style="hermes"), VOCAB, max_tokens=6)
+    finished = [tokens for tokens, done in _sample(constraint, VOCAB, rows=8, steps=200, seed=3) if done]
+    assert len(finished) >= 4
+    for tokens in finished:
+        text = _text(VOCAB, tokens)
+        starts = np.cumsum([0] + [len(VOCAB.tokens[t]) for t in tokens[:-1]])  # byte offset of each token
+        opened, closing = len("<think>"), text.index("</think>")
+        assert text.startswith("<think>") and ((starts >= opened) & (starts < closing)).sum() <= 6, text
+        _check_calls(aj.parse_tool_calls(text[closing:], TOOLS, "hermes"), at_least=1, at_most=1, names={"add"})

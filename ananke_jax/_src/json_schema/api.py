@@ -9,7 +9,7 @@ from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc
 from ananke_jax._src.compile.context_free import DEFAULT_MAX_CONFIGS, compile_grammar
 from ananke_jax._src.compile.regular import compile_dfa
-from ananke_jax._src.compile.unit_loops import expand_unit_loops
+from ananke_jax._src.compile.unit_loops import UnitLoops, expand_unit_loops
 from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.engines.regular import RegularGrammar
 from ananke_jax._src.errors import GrammarError, SchemaError
@@ -197,9 +197,15 @@ def compile_rules(
 
 
 def _compile_regular(node: rx.Node, vocab: Vocabulary, *, gaps: bool, max_whitespace: int) -> RegularGrammar:
-    """Compile a schema's regular language ``node`` to a token DFA, its strings' characters
-    first as placeholders (`strings.UNIT`, expanded by `expand_unit_loops`) unless a string
-    alternates them with literal characters, and its gaps expanded when they are placeholders."""
+    dfa, loops = regular_automaton(node, gaps=gaps, max_whitespace=max_whitespace)
+    return compile_dfa(dfa, vocab, loops=loops)
+
+
+def regular_automaton(node: rx.Node, *, gaps: bool, max_whitespace: int = MAX_WHITESPACE_RUN) -> tuple[ByteDFA, UnitLoops | None]:
+    """The byte DFA of a regular language ``node`` (a schema's, a structural tag's), its strings'
+    characters first as placeholders (`strings.UNIT`, expanded by `expand_unit_loops`, which
+    says where they loop) unless a string alternates them with literal characters, and its gaps
+    expanded when they are placeholders; `compile_dfa` takes both."""
 
     def automaton(tree: rx.Node) -> ByteDFA:
         dfa = rx.to_dfa(tree)
@@ -208,7 +214,4 @@ def _compile_regular(node: rx.Node, vocab: Vocabulary, *, gaps: bool, max_whites
         return expand_gaps(dfa, max_whitespace) if gaps else dfa
 
     expanded = expand_unit_loops(automaton(strings.with_placeholder_units(node)), strings.string_units())
-    if expanded is None:
-        return compile_dfa(automaton(node), vocab)
-    dfa, loops = expanded
-    return compile_dfa(dfa, vocab, loops=loops)
+    return (automaton(node), None) if expanded is None else expanded

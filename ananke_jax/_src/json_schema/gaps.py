@@ -19,6 +19,11 @@ WHITESPACE = b" \t\n\r"
 GAP_BYTE = 0xFF  # never in UTF-8 text, and so free to stand for the whitespace of a gap
 
 
+class MixedGaps(ValueError):
+    """A state reads both a placeholder gap and literal whitespace (a JSON value beside free
+    text), so the gaps cannot be expanded after determinisation: compile them as regexes."""
+
+
 def bounded_gap(run: int = MAX_WHITESPACE_RUN) -> rx.Node:
     """Flexible whitespace: any run of at most ``run`` whitespace bytes."""
     return rx.repeat(rx.chars(*WHITESPACE.decode()), 0, run)
@@ -72,7 +77,8 @@ def expand_gaps(dfa: ByteDFA, run: int = MAX_WHITESPACE_RUN) -> ByteDFA:
     count = np.concatenate([np.zeros(first, np.int64), np.repeat(np.arange(1, run + 1), len(counted))])
     whitespace = np.frombuffer(WHITESPACE, np.uint8)
     in_gap = np.flatnonzero(after_gap[state])
-    assert not t[np.ix_(state[in_gap], whitespace)].any(), "a state reads both a gap and literal whitespace"
+    if t[np.ix_(state[in_gap], whitespace)].any():
+        raise MixedGaps("a state reads both a gap and literal whitespace")
     table = ids[t[state], 0]
     table[np.ix_(in_gap, whitespace)] = ids[after_gap[state[in_gap]], count[in_gap] + 1][:, None]
     table[:, GAP_BYTE] = DEAD

@@ -6,13 +6,17 @@ import json
 
 from ananke_jax._src.compile.automaton import pausing_gc
 from ananke_jax._src.compile.context_free import DEFAULT_MAX_CONFIGS
+from ananke_jax._src.compile.regular import compile_dfa
+from ananke_jax._src.engines.protocol import Constraint
 from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.engines.regular import RegularGrammar
 from ananke_jax._src.errors import GrammarError, SchemaError
-from ananke_jax._src.json_schema.api import DEFAULT_MAX_DEPTH, compile_rules
-from ananke_jax._src.json_schema.gaps import with_bounded_gaps
+from ananke_jax._src.json_schema.api import DEFAULT_MAX_DEPTH, compile_rules, regular_automaton
+from ananke_jax._src.json_schema.assemble import inline, recursive_rules
+from ananke_jax._src.json_schema.gaps import MixedGaps, with_bounded_gaps
 from ananke_jax._src.json_schema.rules import Rules
 from ananke_jax._src.structural.formats import StructuralCompiler, legacy_format
+from ananke_jax._src.structural.reasoning import reasoning_budget
 from ananke_jax._src.structural.text import special_spellings
 from ananke_jax._src.structural.tools import schema_pointers, tool_pointer
 from ananke_jax._src.structural.tools import tag_and_owners as tools_tag
@@ -54,15 +58,26 @@ def compile_structural_tag(
     """
     if engine not in ("auto", "pushdown"):
         raise GrammarError(f"engine must be 'auto' or 'pushdown', got {engine!r}")
-    compiler = StructuralCompiler(vocab, strict=strict, max_depth=max_depth, **json_options)
+    view, rules, options = _rules(spec, vocab, strict=strict, max_depth=max_depth, **json_options)
+    try:
+        return compile_rules(rules, view, gaps=True, stack_depth=4 * max_depth, max_configs=max_configs, engine=engine, **options)
+    except MixedGaps:
+        return compile_rules(
+            _bounded(rules, **options), view, gaps=False, stack_depth=4 * max_depth, max_configs=max_configs, engine=engine
+        )
+
+
+def _rules(spec, vocab: Vocabulary, **json_options) -> tuple[Vocabulary, Rules, dict]:
+    """The vocabulary the tag compiles against (special tokens spelled), its rules, and the
+    whitespace run of its placeholder gaps (as `compile_rules` keywords)."""
+    compiler = StructuralCompiler(vocab, **json_options)
     rules = compiler.rules(spec)
     view, _ = special_spellings(vocab, compiler.special_ids)
-    options = dict(stack_depth=4 * max_depth, max_configs=max_configs, engine=engine)
-    try:
-        return compile_rules(rules, view, gaps=True, **options)
-    except AssertionError:  # a state reads both a JSON gap and literal whitespace: no placeholders
-        bounded = Rules(rules.start, {name: with_bounded_gaps(body) for name, body in rules.bodies.items()})
-        return compile_rules(bounded, view, gaps=False, **options)
+    return view, rules, {"max_whitespace": compiler.max_whitespace}
+
+
+def _bounded(rules: Rules, max_whitespace: int) -> Rules:
+    return Rules(rules.start, {name: with_bounded_gaps(body, max_whitespace) for name, body in rules.bodies.items()})
 
 
 def reasoning_structural_tag(
@@ -104,8 +119,8 @@ def tools_constraint(
         {"name": ...}}``.
       style: ``"hermes"`` (= ``"qwen"``), ``"llama3"``, ``"mistral"`` or ``"smollm2"``.
       parallel_tool_calls: False allows one call at most.
-      reasoning: keyword arguments of `reasoning_structural_tag` for a reasoning block first
-        (e.g. ``{"max_chars": 2000, "opened": True}``); None: none.
+      reasoning: keyword arguments of `reasoning_constraint` for a reasoning block first
+        (e.g. ``{"max_tokens": 512, "opened": True}``); None: none.
       **options: as `compile_structural_tag` (e.g. ``any_order=True`` for the arguments).
 
     Raises:
@@ -114,12 +129,55 @@ def tools_constraint(
         inside that tool (``#/tools/2/function/parameters/properties/x``).
     """
     spec, owners = tools_tag(tools, tool_choice, style, parallel_tool_calls)
-    if reasoning is not None:
-        spec = reasoning_structural_tag(spec, **reasoning)
     try:
+        if reasoning is not None:
+            return reasoning_constraint(spec, vocab, **reasoning, **options)
         return compile_structural_tag(spec, vocab, **options)
     except SchemaError as e:
         raise tool_pointer(e, schema_pointers(spec, owners)) from None
+
+
+def reasoning_constraint(
+    spec,
+    vocab: Vocabulary,
+    *,
+    begin: str = "<think>",
+    end: str = "</think>",
+    max_chars: int | None = None,
+    max_tokens: int | None = None,
+    opened: bool = False,
+    **options,
+) -> Constraint:
+    """Compile ``spec`` after a reasoning block (`reasoning_structural_tag`), with a budget.
+
+    Args:
+      spec: a structural tag or format (None: any text after the block).
+      vocab: the vocabulary.
+      begin, end, max_chars, opened: as `reasoning_structural_tag`.
+      max_tokens: at most this many tokens inside the block (from the token after ``begin``);
+        then only ``end`` may follow. Needs ``spec`` without recursion (one token DFA).
+      **options: as `compile_structural_tag`.
+
+    Returns:
+      The compiled tag, or with ``max_tokens`` a `ReasoningBudget` (its state counts the tokens;
+      it runs under jit, vmap and scan, not in the grammar pool).
+    """
+    tag = reasoning_structural_tag(spec, begin=begin, end=end, max_chars=max_chars, opened=opened)
+    if max_tokens is None:
+        return compile_structural_tag(tag, vocab, **options)
+    options.pop("max_configs", None)
+    if options.pop("engine", "auto") != "auto":
+        raise GrammarError("a token budget needs the token DFA engine (engine='auto')")
+    view, rules, gaps = _rules(tag, vocab, **options)
+    if recursive_rules(rules):
+        raise GrammarError("a token budget needs a structure without recursion (one token DFA); bound the block with max_chars instead")
+    try:
+        dfa, loops = regular_automaton(inline(rules, set())[rules.start], gaps=True, **gaps)
+    except MixedGaps:
+        dfa, loops = regular_automaton(inline(_bounded(rules, **gaps), set())[rules.start], gaps=False)
+    grammar = compile_dfa(dfa, view, loops=loops)
+    entry = b"" if opened else begin.encode("utf-8")
+    return reasoning_budget(grammar, dfa, view, entry=entry, end=end.encode("utf-8"), budget=max_tokens)
 
 
 def _format_of(spec) -> dict:

@@ -40,6 +40,7 @@ from ananke_jax._src.frontends.gbnf import gbnf_to_ir
 from ananke_jax._src.frontends.lark_frontend import lark_to_ir
 from ananke_jax._src.ir import Grammar
 from ananke_jax._src.json_schema.api import json_schema_rules
+from ananke_jax._src.json_schema.gaps import MAX_WHITESPACE_RUN
 from ananke_jax._src.json_schema.rules import Ref, Rules
 from ananke_jax._src.structural.text import free_text, private_spelling, until_first
 from ananke_jax._src.vocab import Vocabulary
@@ -64,6 +65,7 @@ class StructuralCompiler:
     def __init__(self, vocab: Vocabulary, **json_options):
         self.vocab = vocab
         self.json_options = json_options
+        self.max_whitespace = json_options.get("max_whitespace", MAX_WHITESPACE_RUN)
         self.bodies: dict[str, rx.Node] = {}
         self.special_ids: list[int] = []  # in the order of their private spellings
         self._parts = 0
@@ -148,8 +150,10 @@ class StructuralCompiler:
         for field, option in (("any_order", "any_order"), ("max_whitespace_cnt", "max_whitespace")):
             if f.get(field) is not None:
                 options[option] = f[field]
+        # Placeholder gaps are expanded once for the whole tag, with its run: another run is a regex.
+        placeholders = options.get("max_whitespace", MAX_WHITESPACE_RUN) == self.max_whitespace
         try:
-            rules = json_schema_rules(f["json_schema"], whitespace="flexible", placeholder_gaps=True, **options)
+            rules = json_schema_rules(f["json_schema"], whitespace="flexible", placeholder_gaps=placeholders, **options)
         except SchemaError as e:
             raise SchemaError(e.reason, keyword=e.keyword, pointer=f"{pointer}/json_schema{e.pointer[1:]}") from None
         return self._adopt(rules.bodies, rules.start)

@@ -1,0 +1,166 @@
+"""A token budget on a reasoning block: once ``budget`` tokens have been spent inside the block,
+only its end tag may follow (then the structured part, as before).
+
+The block and what follows are one token DFA (`reasoning_structural_tag` compiled); the budget
+adds a counter to the state. Each state inside the block knows how many bytes of the end tag its
+text already ends with (`block_depths`), so the forced mask is the state's own mask less every
+token that does not continue the end tag from there (`closing_masks`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ananke_jax._src.compile.arrays import pack_bits
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA
+from ananke_jax._src.compile.token_trie import ordinary_token_ids
+from ananke_jax._src.engines.masks import is_allowed
+from ananke_jax._src.engines.protocol import Constraint
+from ananke_jax._src.engines.regular import RegularGrammar, RegularState
+from ananke_jax._src.errors import GrammarError
+from ananke_jax._src.vocab import Vocabulary
+
+
+class BudgetState(NamedTuple):
+    """The state of a budgeted reasoning constraint (a `lax.scan` carry).
+
+    Attributes:
+      inner: the token DFA's state.
+      spent: int32[], the tokens taken inside the reasoning block so far.
+    """
+
+    inner: RegularState
+    spent: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class ReasoningBudget(Constraint):
+    """A token DFA whose reasoning block closes after ``budget`` tokens (a pytree).
+
+    Attributes:
+      grammar: the token DFA of the reasoning block and what follows it.
+      depth_of_state: int32[S], bytes of the end tag the text of a state inside the block ends
+        with; -1 outside the block.
+      closing: uint32[D, W], the tokens that continue the end tag from each depth ``d < D``
+        (a prefix of its rest, or its rest and more).
+      budget: int32[], the tokens the block may take before its end tag is forced.
+    """
+
+    grammar: RegularGrammar
+    depth_of_state: jax.Array
+    closing: jax.Array
+    budget: jax.Array
+
+    @property
+    def vocab_size(self) -> int:
+        return self.grammar.vocab_size
+
+    @property
+    def logits_width(self) -> int:
+        return self.grammar.logits_width
+
+    @property
+    def fallback_token(self) -> jax.Array:
+        return self.grammar.fallback_token
+
+    def init_state(self) -> BudgetState:
+        return BudgetState(self.grammar.init_state(), jnp.int32(0))
+
+    def _forced(self, state: BudgetState) -> tuple[jax.Array, jax.Array]:
+        """Whether only the end tag may follow, and the row of `closing` that says how."""
+        depth = self.depth_of_state[state.inner.node]
+        return (depth >= 0) & (state.spent >= self.budget), self.closing[jnp.maximum(depth, 0)]
+
+    def token_mask(self, state: BudgetState) -> jax.Array:
+        forced, closing = self._forced(state)
+        mask = self.grammar.token_mask(state.inner)
+        return jnp.where(forced, mask & closing, mask)
+
+    def advance(self, state: BudgetState, token: jax.Array) -> BudgetState:
+        forced, closing = self._forced(state)
+        inner = self.grammar.advance(state.inner, token)
+        refused = forced & ~is_allowed(closing, jnp.clip(token, 0, self.logits_width - 1))
+        inside = self.depth_of_state[state.inner.node] >= 0
+        return BudgetState(RegularState(jnp.where(refused, DEAD, inner.node)), state.spent + inside.astype(jnp.int32))
+
+    def accepts(self, state: BudgetState) -> jax.Array:
+        return self.grammar.accepts(state.inner)
+
+    def is_error(self, state: BudgetState) -> jax.Array:
+        return self.grammar.is_error(state.inner)
+
+
+jax.tree_util.register_dataclass(ReasoningBudget, data_fields=["grammar", "depth_of_state", "closing", "budget"], meta_fields=[])
+
+
+def reasoning_budget(grammar: RegularGrammar, dfa: ByteDFA, vocab: Vocabulary, *, entry: bytes, end: bytes, budget: int) -> ReasoningBudget:
+    """The budgeted constraint of ``grammar`` (compiled from ``dfa``, whose state numbers it
+    keeps), whose block starts after the bytes ``entry`` and ends with ``end``."""
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+        raise GrammarError(f"the reasoning token budget must be a non-negative integer, got {budget!r}")
+    depths = np.full(grammar.num_states, -1, np.int32)
+    depths[: dfa.num_states] = block_depths(dfa, entry, end)
+    host = {"depth_of_state": depths, "closing": closing_masks(vocab, end), "budget": np.int32(budget)}
+    return ReasoningBudget(grammar, **jax.device_put(host))
+
+
+def block_depths(dfa: ByteDFA, entry: bytes, end: bytes) -> np.ndarray:
+    """int32[S]: for the states inside the block (reached from the start by ``entry``, then text
+    without ``end``), how many bytes of ``end`` their text ends with; -1 for the others.
+
+    Raises:
+      GrammarError: ``entry`` leaves the language, or a state is inside the block at two depths.
+    """
+    q = dfa.start
+    for b in entry:
+        q = int(dfa.transitions[q, b])
+    if q == DEAD:
+        raise GrammarError(f"the language does not begin with {entry!r}")
+    kmp = _match_automaton(end)
+    depths = np.full(dfa.num_states, -1, np.int32)
+    depths[q] = 0
+    todo = [q]
+    while todo:
+        q = todo.pop()
+        for b in np.flatnonzero(dfa.transitions[q] != DEAD).tolist():
+            d = int(kmp[depths[q], b])
+            if d == len(end):  # the block is over
+                continue
+            t = int(dfa.transitions[q, b])
+            if depths[t] < 0:
+                depths[t] = d
+                todo.append(t)
+            elif depths[t] != d:
+                raise GrammarError("the reasoning block's states cannot be told from the rest of the language")
+    return depths
+
+
+def _match_automaton(pattern: bytes) -> np.ndarray:
+    """int64[len(pattern), 256]: the length of the longest prefix of ``pattern`` that the text
+    ends with, after one more byte (Knuth–Morris–Pratt)."""
+    table = np.zeros((len(pattern), 256), np.int64)
+    fallback = 0
+    for d, b in enumerate(pattern):
+        if d:
+            table[d] = table[fallback]
+            fallback = table[fallback, b]
+        table[d, b] = d + 1
+    return table
+
+
+@functools.lru_cache(maxsize=16)
+def closing_masks(vocab: Vocabulary, end: bytes) -> np.ndarray:
+    """uint32[len(end), W]: row d allows the ordinary tokens that are a prefix of ``end[d:]`` or
+    begin with it."""
+    ids = ordinary_token_ids(vocab)
+    rows = np.zeros((len(end), vocab.logits_width), bool)
+    for d in range(len(end)):
+        rest = end[d:]
+        rows[d, ids] = [rest.startswith(t) or t.startswith(rest) for t in (vocab.tokens[i] for i in ids)]
+    return pack_bits(rows)
