@@ -180,6 +180,7 @@ def test_any_order_recursive_members(sentencepiece_vocab, sentencepiece_encode):
         assert _accepts(matcher, sentencepiece_encode, text) == expected, text
 
 
+@pytest.mark.xla_optimized
 def test_any_order_outputs_are_valid_under_jit(sentencepiece_vocab):
     """Random constrained generation in a jitted scan: every finished output has no key twice and
     satisfies jsonschema; some outputs put the members out of declaration order."""
@@ -207,7 +208,7 @@ def test_any_order_outputs_are_valid_under_jit(sentencepiece_vocab):
         (_, done), tokens = jax.lax.scan(step, (cg.init_state(), jnp.bool_(False)), jax.random.split(key, 64))
         return tokens, done
 
-    tokens, done = jax.jit(jax.vmap(generate))(jax.random.split(jax.random.key(0), 32))
+    tokens, done = jax.jit(jax.vmap(generate))(jax.random.split(jax.random.key(0), 16))
     orders = set()
     for row, finished in zip(np.asarray(tokens), np.asarray(done)):
         if not finished:

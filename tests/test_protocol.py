@@ -92,10 +92,10 @@ def test_jit_vmap_and_scan_equal_the_eager_walk(constraint):
     stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *states)
     vmapped = jax.jit(jax.vmap(lambda cg, s: cg.token_mask(s), in_axes=(None, 0), axis_size=len(states)))(constraint, stacked)
     np.testing.assert_array_equal(np.asarray(vmapped), masks)
-    advanced = jax.vmap(constraint.advance, in_axes=(0, 0), axis_size=len(tokens))(
-        jax.tree_util.tree_map(lambda x: x[: len(tokens)], stacked), jnp.asarray(tokens, jnp.int32)
-    )
-    again = jax.vmap(constraint.token_mask, axis_size=len(tokens))(advanced)  # an allow-list's state has no leaves
+    advance_all = jax.jit(lambda cg, s, t: jax.vmap(cg.advance, in_axes=(0, 0), axis_size=len(tokens))(s, t))
+    advanced = advance_all(constraint, jax.tree_util.tree_map(lambda x: x[: len(tokens)], stacked), jnp.asarray(tokens, jnp.int32))
+    # an allow-list's state has no leaves, hence axis_size
+    again = jax.jit(lambda cg, s: jax.vmap(cg.token_mask, axis_size=len(tokens))(s))(constraint, advanced)
     expected = [np.asarray(_mask(constraint, _advance(constraint, s, t))) for s, t in zip(states, tokens)]
     np.testing.assert_array_equal(np.asarray(again), np.stack(expected))
 
