@@ -725,7 +725,7 @@ BAD = [
         "#/format/tags/0/content/json_schema/properties/x",
     ),
     ("token-level any_tokens", _wrapped(seq(const("a"), {"type": "any_tokens"})), GrammarError, "#/format/elements/1"),
-    ("token-level dispatch", _wrapped({"type": "token_dispatch", "rules": []}), GrammarError, "#/format"),
+    ("token dispatch without rules", _wrapped({"type": "token_dispatch", "rules": []}), GrammarError, "#/format"),
     ("a token that is not special", _wrapped(seq({"type": "token", "token": "hello"})), GrammarError, "#/format/elements/0"),
     ("EOS as a token", _wrapped(tag("<t>", ANY, {"type": "token", "token": 2})), GrammarError, "#/format/end"),
     ("repeat min > max", _wrapped({"type": "repeat", "min": 3, "max": 2, "content": const("a")}), GrammarError, "#/format"),

@@ -285,3 +285,33 @@ def test_a_token_budget_runs_in_a_vmapped_scan():
         opened, closing = len("<think>"), text.index("</think>")
         assert text.startswith("<think>") and ((starts >= opened) & (starts < closing)).sum() <= 6, text
         _check_calls(aj.parse_tool_calls(text[closing:], TOOLS, "hermes"), at_least=1, at_most=1, names={"add"})
+
+
+def test_token_triggered_tags_and_token_dispatch_with_special_tokens(tekken_vocab, tekken_encode):
+    """Special tokens as triggers: free text, then a tag opened by the token itself; the same
+    bytes written as text are not a trigger, and an ordinary token cannot be excluded."""
+    special = {tekken_vocab.tokens[i]: i for i in tekken_vocab.special_token_ids}
+    calls, results = special[b"[TOOL_CALLS]"], special[b"[TOOL_RESULTS]"]
+    args = {"type": "json_schema", "json_schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}
+    triggered = {
+        "type": "token_triggered_tags",
+        "trigger_tokens": ["[TOOL_CALLS]"],
+        "tags": [{"type": "tag", "begin": {"type": "token", "token": calls}, "content": args, "end": "."}],
+        "exclude_tokens": [results],
+    }
+    dispatch = {"type": "token_dispatch", "rules": [["[TOOL_CALLS]", args]], "loop": False}
+    for spec, after in [(triggered, "."), (dispatch, "")]:
+        constraint = aj.compile_structural_tag(spec, tekken_vocab)
+        text = tekken_encode("Sure, here it is ")
+        call = tekken_encode('{"a": 1}' + after)
+        assert _walk(constraint, text) == "accepted"
+        assert _walk(constraint, text + [calls] + call) == "accepted"
+        assert _walk(constraint, text + tekken_encode("[TOOL_CALLS]") + call) == "accepted"  # plain text, no tag
+        assert _walk(constraint, text + [calls] + tekken_encode("hello")) == "refused"
+        assert _walk(constraint, text + [results]) == "refused"
+    with pytest.raises(aj.GrammarError) as e:
+        aj.compile_structural_tag({**triggered, "exclude_tokens": ["hello"]}, tekken_vocab)
+    assert e.value.pointer == "#/exclude_tokens/0"
+    with pytest.raises(aj.GrammarError) as e:
+        aj.compile_structural_tag({**triggered, "trigger_tokens": ["[TOOL_CALLS]", "[TOOL_RESULTS]"]}, tekken_vocab)
+    assert e.value.pointer == "#/trigger_tokens/1"

@@ -23,6 +23,9 @@ its end strings; they reach every format of its content except inner tags (which
   with both, one tag.
 * ``tags_with_separator``: ``(tag (sep tag)*)?``; ``at_least_one`` drops the ``?``;
   ``stop_after_first`` keeps one tag at most.
+* ``token_triggered_tags`` and ``token_dispatch``: the same with special tokens as triggers and
+  patterns (text never writes one, so each is simply the next tag); ``exclude_tokens`` may name
+  special tokens only.
 * ``dispatch`` (``rules``: ``[pattern, format]`` pairs): ``(W pattern format)* T``, the free
   text running until its first pattern (not stopped by the ends, though the formats get them);
   without ``loop``, ``T | W pattern format``.
@@ -48,8 +51,6 @@ from ananke_jax._src.vocab import Vocabulary
 TOKEN_LEVEL = {
     "exclude_token": "a token-level exclusion",
     "any_tokens": "a token-level run",
-    "token_triggered_tags": "token-level triggers",
-    "token_dispatch": "token-level dispatch",
     "qwen_xml_parameter": "the Qwen XML parameter style",
 }
 
@@ -86,6 +87,8 @@ class StructuralCompiler:
             "tags_with_separator": self.tags_with_separator,
             "dispatch": self.dispatch,
             "token": lambda f, p, ends: self.literal(f, p),
+            "token_triggered_tags": self.token_triggered_tags,
+            "token_dispatch": self.token_dispatch,
         }
 
     def rules(self, spec) -> Rules:
@@ -236,6 +239,56 @@ class StructuralCompiler:
         lead = self._text_then(branches, excludes, ())  # XGrammar's dispatch text reads on past the tag's end
         text = _text([*(p for p, _ in branches), *excludes])
         return rx.seq(rx.star(lead), text) if loop else rx.alt(text, lead)
+
+    def token_triggered_tags(self, f, pointer, ends) -> rx.Node:
+        """`triggered_tags` whose triggers are special tokens, each tag beginning with one."""
+        self._special_excludes(f, pointer)
+        triggers = [self._special_token(t, f"{pointer}/trigger_tokens/{i}") for i, t in enumerate(_list(f, "trigger_tokens", pointer))]
+        used, tags = set(), []
+        for i, t in enumerate(_list(f, "tags", pointer)):
+            where = f"{pointer}/tags/{i}"
+            begin = t.get("begin") if isinstance(t, dict) else None
+            if not (isinstance(begin, dict) and begin.get("type") == "token"):
+                raise GrammarError("a tag here needs a token format as its begin", pointer=f"{where}/begin")
+            token = self._special_token(begin.get("token"), f"{where}/begin")
+            if token not in triggers:
+                raise GrammarError(f"the tag's begin token {token} is not among the trigger tokens", pointer=f"{where}/begin")
+            used.add(token)
+            tags.append(self.tag(t, where))
+        for i, token in enumerate(triggers):
+            if token not in used:
+                raise GrammarError(f"the trigger token {token} begins no tag", pointer=f"{pointer}/trigger_tokens/{i}")
+        # Text never holds a special token's spelling, so the first trigger is simply the next tag.
+        text, one = _text(ends), rx.alt(*tags)
+        at_least_one, stop = _flag(f, "at_least_one", pointer), _flag(f, "stop_after_first", pointer)
+        if at_least_one and stop:
+            return one
+        if stop:
+            return rx.seq(text, rx.optional(one))
+        rest = rx.seq(rx.star(rx.seq(text, one)), text)
+        return rx.seq(one, rest) if at_least_one else rest
+
+    def token_dispatch(self, f, pointer, ends) -> rx.Node:
+        """`dispatch` whose patterns are special tokens."""
+        self._special_excludes(f, pointer)
+        branches = []
+        for i, rule in enumerate(_list(f, "rules", pointer)):
+            where = f"{pointer}/rules/{i}"
+            if not (isinstance(rule, (list, tuple)) and len(rule) == 2):
+                raise GrammarError("a dispatch rule must be a [token, format] pair", pointer=where)
+            token = self.literal({"type": "token", "token": rule[0]}, f"{where}/0")
+            branches.append(rx.seq(token, self.format(rule[1], f"{where}/1", ends)))
+        text, one = _text([]), rx.alt(*branches)
+        return rx.seq(rx.star(rx.seq(text, one)), text) if f.get("loop", True) else rx.seq(text, rx.optional(one))
+
+    def _special_excludes(self, f, pointer: str) -> None:
+        """``exclude_tokens`` may hold special tokens only, which free text never writes anyway."""
+        for i, t in enumerate(f.get("exclude_tokens", [])):
+            where = f"{pointer}/exclude_tokens/{i}"
+            try:
+                self._special_token(t, where)
+            except GrammarError:
+                raise GrammarError(f"excluding the ordinary token {t!r} from text is token-level, not supported", pointer=where) from None
 
     def _text_then(self, branches: list[tuple[str, list[rx.Node]]], excludes: list[str], ends: Sequence[bytes]) -> rx.Node:
         """Free text up to the first trigger, then what that trigger begins: ``branches`` pairs
