@@ -70,7 +70,7 @@ from ananke_jax._src.structural.api import compile_structural_tag as compile_str
 from ananke_jax._src.structural.api import reasoning_constraint as reasoning_constraint
 from ananke_jax._src.structural.api import reasoning_structural_tag as reasoning_structural_tag
 from ananke_jax._src.structural.api import tools_constraint as tools_constraint
-from ananke_jax._src.structural.tools import STYLES as TOOL_CALL_STYLES
+from ananke_jax._src.structural.tools import STYLE_NAMES as TOOL_CALL_STYLES
 from ananke_jax._src.structural.tools import parse_tool_calls as parse_tool_calls
 from ananke_jax._src.structural.tools import tools_structural_tag as tools_structural_tag
 from ananke_jax._src.vocab import Vocabulary as Vocabulary

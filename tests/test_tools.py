@@ -315,3 +315,37 @@ def test_token_triggered_tags_and_token_dispatch_with_special_tokens(tekken_voca
     with pytest.raises(aj.GrammarError) as e:
         aj.compile_structural_tag({**triggered, "trigger_tokens": ["[TOOL_CALLS]", "[TOOL_RESULTS]"]}, tekken_vocab)
     assert e.value.pointer == "#/trigger_tokens/1"
+
+
+def test_calls_are_read_back_as_the_constraint_writes_them():
+    """Trailing text, a closing tag inside an argument, and text that merely looks like calls."""
+    tools = [{"type": "function", "function": {"name": "say", "parameters": {"type": "object", "properties": {"s": {"type": "string"}}}}}]
+    llama = '{"name": "say", "parameters": {"s": "hi"}} and then {"name": "say", "parameters": {}} done.'
+    hermes = '<tool_call>\n{"name": "say", "arguments": {"s": "a </tool_call> b"}}\n</tool_call> ok'
+    for style, text, calls in [
+        ("llama3", llama, [("say", {"s": "hi"}), ("say", {})]),
+        ("hermes", hermes, [("say", {"s": "a </tool_call> b"})]),
+        ("mistral", "[1] is a footnote.", []),
+        ("mistral", '[{"name": "say", "arguments": {}}]', [("say", {})]),
+        (
+            "smollm2",
+            'Sure. <tool_call>[\n{"name": "say", "arguments": {"s": "]</tool_call>"}}\n]</tool_call>',
+            [("say", {"s": "]</tool_call>"})],
+        ),
+    ]:
+        constraint = aj.tools_constraint(tools, VOCAB, "auto", style=style)
+        prefix = [1] if style == "mistral" and calls else []
+        assert _walk(constraint, prefix + _bytes_tokens(text)) == "accepted", (style, text)
+        assert aj.parse_tool_calls(text, tools, style) == calls, (style, text)
+
+
+def test_options_and_pointers_through_every_path():
+    broken = [TOOLS[0], {"type": "function", "function": {"name": "x", "parameters": {"properties": {"n": {"type": "bogus"}}}}}]
+    with pytest.raises(aj.SchemaError) as e:
+        aj.tools_constraint(broken, VOCAB, "auto", reasoning={"max_chars": 10})
+    assert e.value.pointer == "#/tools/1/function/parameters/properties/n", str(e.value)
+    with pytest.raises(aj.GrammarError, match="'whitespace' is not an option"):
+        aj.tools_constraint(TOOLS, VOCAB, whitespace="compact")
+    lark = aj.compile_structural_tag({"type": "grammar", "grammar": 'start: "a" "b"+'}, VOCAB)  # lark's own start rule
+    assert _walk(lark, _bytes_tokens("abb")) == "accepted" and _walk(lark, _bytes_tokens("ba")) == "refused"
+    assert set(aj.TOOL_CALL_STYLES) == {"hermes", "qwen", "llama3", "mistral", "smollm2"}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from ananke_jax._src.compile.automaton import pausing_gc
 from ananke_jax._src.compile.context_free import DEFAULT_MAX_CONFIGS
 from ananke_jax._src.compile.regular import compile_dfa
@@ -15,11 +13,10 @@ from ananke_jax._src.json_schema.api import DEFAULT_MAX_DEPTH, compile_rules, re
 from ananke_jax._src.json_schema.assemble import inline, recursive_rules
 from ananke_jax._src.json_schema.gaps import MixedGaps, with_bounded_gaps
 from ananke_jax._src.json_schema.rules import Rules
-from ananke_jax._src.structural.formats import StructuralCompiler, legacy_format
+from ananke_jax._src.structural.formats import StructuralCompiler, root_format
 from ananke_jax._src.structural.reasoning import reasoning_budget
-from ananke_jax._src.structural.text import special_spellings
-from ananke_jax._src.structural.tools import schema_pointers, tool_pointer
-from ananke_jax._src.structural.tools import tag_and_owners as tools_tag
+from ananke_jax._src.structural.text import spelled_vocabulary
+from ananke_jax._src.structural.tools import schema_pointers, tag_and_owners, tool_pointer
 from ananke_jax._src.vocab import Vocabulary
 
 
@@ -58,26 +55,26 @@ def compile_structural_tag(
     """
     if engine not in ("auto", "pushdown"):
         raise GrammarError(f"engine must be 'auto' or 'pushdown', got {engine!r}")
-    view, rules, options = _rules(spec, vocab, strict=strict, max_depth=max_depth, **json_options)
+    view, rules, run = _rules(spec, vocab, strict=strict, max_depth=max_depth, **json_options)
+    options = dict(stack_depth=4 * max_depth, max_configs=max_configs, engine=engine)
     try:
-        return compile_rules(rules, view, gaps=True, stack_depth=4 * max_depth, max_configs=max_configs, engine=engine, **options)
+        return compile_rules(rules, view, gaps=True, max_whitespace=run, **options)
     except MixedGaps:
-        return compile_rules(
-            _bounded(rules, **options), view, gaps=False, stack_depth=4 * max_depth, max_configs=max_configs, engine=engine
-        )
+        return compile_rules(_bounded(rules, run), view, gaps=False, **options)
 
 
-def _rules(spec, vocab: Vocabulary, **json_options) -> tuple[Vocabulary, Rules, dict]:
-    """The vocabulary the tag compiles against (special tokens spelled), its rules, and the
-    whitespace run of its placeholder gaps (as `compile_rules` keywords)."""
+def _rules(spec, vocab: Vocabulary, **json_options) -> tuple[Vocabulary, Rules, int]:
+    """The vocabulary the tag compiles against (its special tokens spelled), its rules, and the
+    whitespace run of their placeholder gaps."""
     compiler = StructuralCompiler(vocab, **json_options)
     rules = compiler.rules(spec)
-    view, _ = special_spellings(vocab, compiler.special_ids)
-    return view, rules, {"max_whitespace": compiler.max_whitespace}
+    return spelled_vocabulary(vocab, tuple(compiler.special_ids)), rules, compiler.max_whitespace
 
 
-def _bounded(rules: Rules, max_whitespace: int) -> Rules:
-    return Rules(rules.start, {name: with_bounded_gaps(body, max_whitespace) for name, body in rules.bodies.items()})
+def _bounded(rules: Rules, run: int) -> Rules:
+    """``rules`` with their placeholder gaps as whitespace regexes (for a tag whose JSON gaps meet
+    literal whitespace in one state, `MixedGaps`)."""
+    return Rules(rules.start, {name: with_bounded_gaps(body, run) for name, body in rules.bodies.items()})
 
 
 def reasoning_structural_tag(
@@ -90,10 +87,7 @@ def reasoning_structural_tag(
     ``opened``: the prompt already ends with ``begin`` (chat templates that open the block for
     the model), so the output starts inside the block.
     """
-    if spec is None:
-        inner = {"type": "any_text"}
-    else:
-        inner = _format_of(spec)
+    inner = {"type": "any_text"} if spec is None else root_format(spec)[1]
     thinking = {"type": "any_text", "excludes": [begin], "max_chars": max_chars}
     block = {"type": "tag", "begin": "" if opened else begin, "content": thinking, "end": end}
     return {"type": "structural_tag", "format": {"type": "sequence", "elements": [block, inner]}}
@@ -128,13 +122,14 @@ def tools_constraint(
       SchemaError: a tool's parameters that do not compile, with the pointer of the keyword
         inside that tool (``#/tools/2/function/parameters/properties/x``).
     """
-    spec, owners = tools_tag(tools, tool_choice, style, parallel_tool_calls)
+    spec, owners = tag_and_owners(tools, tool_choice, style, parallel_tool_calls)
     try:
         if reasoning is not None:
             return reasoning_constraint(spec, vocab, **reasoning, **options)
         return compile_structural_tag(spec, vocab, **options)
     except SchemaError as e:
-        raise tool_pointer(e, schema_pointers(spec, owners)) from None
+        compiled = spec if reasoning is None else reasoning_structural_tag(spec)  # the schemas sit where they do in either block
+        raise tool_pointer(e, schema_pointers(compiled, owners)) from None
 
 
 def reasoning_constraint(
@@ -168,21 +163,13 @@ def reasoning_constraint(
     options.pop("max_configs", None)
     if options.pop("engine", "auto") != "auto":
         raise GrammarError("a token budget needs the token DFA engine (engine='auto')")
-    view, rules, gaps = _rules(tag, vocab, **options)
+    view, rules, run = _rules(tag, vocab, **options)
     if recursive_rules(rules):
         raise GrammarError("a token budget needs a structure without recursion (one token DFA); bound the block with max_chars instead")
     try:
-        dfa, loops = regular_automaton(inline(rules, set())[rules.start], gaps=True, **gaps)
+        dfa, loops = regular_automaton(inline(rules, set())[rules.start], gaps=True, max_whitespace=run)
     except MixedGaps:
-        dfa, loops = regular_automaton(inline(_bounded(rules, **gaps), set())[rules.start], gaps=False)
+        dfa, loops = regular_automaton(inline(_bounded(rules, run), set())[rules.start], gaps=False)
     grammar = compile_dfa(dfa, view, loops=loops)
     entry = b"" if opened else begin.encode("utf-8")
     return reasoning_budget(grammar, dfa, view, entry=entry, end=end.encode("utf-8"), budget=max_tokens)
-
-
-def _format_of(spec) -> dict:
-    if isinstance(spec, (str, bytes)):
-        spec = json.loads(spec)
-    if isinstance(spec, dict) and spec.get("type") == "structural_tag":
-        return spec["format"] if "format" in spec else legacy_format(spec)
-    return spec

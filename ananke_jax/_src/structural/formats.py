@@ -44,6 +44,7 @@ from ananke_jax._src.frontends.lark_frontend import lark_to_ir
 from ananke_jax._src.ir import Grammar
 from ananke_jax._src.json_schema.api import json_schema_rules
 from ananke_jax._src.json_schema.gaps import MAX_WHITESPACE_RUN
+from ananke_jax._src.json_schema.layout import is_count
 from ananke_jax._src.json_schema.rules import Ref, Rules
 from ananke_jax._src.structural.text import free_text, private_spelling, until_first
 from ananke_jax._src.vocab import Vocabulary
@@ -64,6 +65,11 @@ class StructuralCompiler:
     """
 
     def __init__(self, vocab: Vocabulary, **json_options):
+        fixed = sorted({"whitespace", "placeholder_gaps"} & set(json_options))
+        if fixed:
+            raise GrammarError(
+                f"{fixed[0]!r} is not an option here: JSON in a structural tag has flexible, bounded whitespace (max_whitespace)"
+            )
         self.vocab = vocab
         self.json_options = json_options
         self.max_whitespace = json_options.get("max_whitespace", MAX_WHITESPACE_RUN)
@@ -92,21 +98,9 @@ class StructuralCompiler:
         }
 
     def rules(self, spec) -> Rules:
-        """The rules of ``spec``: a dict or JSON text, ``{"type": "structural_tag", "format":
-        ...}`` (or the older ``structures`` and ``triggers``) or a bare format object."""
-        if isinstance(spec, (str, bytes)):
-            try:
-                spec = json.loads(spec)
-            except json.JSONDecodeError as e:
-                raise GrammarError(f"invalid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
-        if isinstance(spec, dict) and spec.get("type") == "structural_tag":
-            if "format" in spec:
-                root = self.format(spec["format"], "#/format")
-            else:
-                root = self.format(legacy_format(spec), "#")
-        else:
-            root = self.format(spec, "#")
-        self.bodies["#"] = root
+        """The rules of ``spec`` (see `root_format`)."""
+        pointer, root = root_format(spec)
+        self.bodies["#"] = self.format(root, pointer)
         return Rules("#", self.bodies)
 
     # --- formats -----------------------------------------------------------------------------
@@ -137,7 +131,7 @@ class StructuralCompiler:
                 pointer=pointer,
             )
         max_chars = f.get("max_chars")
-        if max_chars is not None and (not isinstance(max_chars, int) or isinstance(max_chars, bool) or max_chars < 0):
+        if max_chars is not None and not is_count(max_chars):
             raise GrammarError(f"'max_chars' must be a non-negative integer, got {max_chars!r}", pointer=pointer)
         excludes = [e.encode("utf-8") for e in _strings(f.get("excludes", []), f"{pointer}/excludes")]
         return free_text(tuple(dict.fromkeys([*excludes, *ends])), max_chars)
@@ -174,7 +168,7 @@ class StructuralCompiler:
 
     def repeat(self, f, pointer, ends) -> rx.Node:
         lo, hi = f.get("min"), f.get("max")
-        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (lo, hi)) or lo < 0 or hi < -1 or 0 <= hi < lo:
+        if not (is_count(lo) and (hi == -1 or (is_count(hi) and lo <= hi))):
             raise GrammarError(f"repeat needs integers 0 <= min <= max (max -1: unbounded), got {lo!r}, {hi!r}", pointer=pointer)
         if "content" not in f:
             raise GrammarError(f"{f['type']} format needs 'content'", pointer=pointer)
@@ -227,7 +221,7 @@ class StructuralCompiler:
         return some if at_least_one else rx.optional(some)
 
     def dispatch(self, f, pointer, ends) -> rx.Node:
-        rules, loop = _list(f, "rules", pointer), f.get("loop", True)
+        rules, loop = _list(f, "rules", pointer), _flag(f, "loop", pointer, default=True)
         branches = []
         for i, rule in enumerate(rules):
             where = f"{pointer}/rules/{i}"
@@ -279,7 +273,7 @@ class StructuralCompiler:
             token = self.literal({"type": "token", "token": rule[0]}, f"{where}/0")
             branches.append(rx.seq(token, self.format(rule[1], f"{where}/1", ends)))
         text, one = _text([]), rx.alt(*branches)
-        return rx.seq(rx.star(rx.seq(text, one)), text) if f.get("loop", True) else rx.seq(text, rx.optional(one))
+        return rx.seq(rx.star(rx.seq(text, one)), text) if _flag(f, "loop", pointer, default=True) else rx.seq(text, rx.optional(one))
 
     def _special_excludes(self, f, pointer: str) -> None:
         """``exclude_tokens`` may hold special tokens only, which free text never writes anyway."""
@@ -288,7 +282,9 @@ class StructuralCompiler:
             try:
                 self._special_token(t, where)
             except GrammarError:
-                raise GrammarError(f"excluding the ordinary token {t!r} from text is token-level, not supported", pointer=where) from None
+                raise GrammarError(
+                    f"exclude_tokens may name special tokens only (free text never writes those), got {t!r}", pointer=where
+                ) from None
 
     def _text_then(self, branches: list[tuple[str, list[rx.Node]]], excludes: list[str], ends: Sequence[bytes]) -> rx.Node:
         """Free text up to the first trigger, then what that trigger begins: ``branches`` pairs
@@ -353,22 +349,33 @@ class StructuralCompiler:
 
 def _grammar_bodies(ir: Grammar) -> tuple[dict[str, rx.Node], str]:
     """A grammar IR as rule bodies: terminals as automata, each followed by the ignored ones (which
-    may also open the text)."""
-    ignored = rx.star(rx.alt(*[rx.Automaton(_terminal_dfa(t)) for t in ir.terminals if t.name in ir.ignore]))
-    terminals = {t.name: rx.seq(rx.Automaton(_terminal_dfa(t)), ignored) for t in ir.terminals}
+    may also open the text), under a start rule of a name no grammar rule can have."""
+    automata = {t.name: rx.Automaton(t.dfa if t.dfa is not None else regex_to_dfa(t.regex)) for t in ir.terminals}
+    ignored = rx.star(rx.alt(*[automata[name] for name in ir.ignore]))
+    terminals = {name: rx.seq(node, ignored) for name, node in automata.items()}
     bodies = {
         name: rx.alt(*[rx.seq(*[terminals[s] if s in terminals else Ref(s) for s in r.expansion]) for r in ir.rules_of(name)])
         for name in ir.nonterminals
     }
-    bodies["start"] = rx.seq(ignored, Ref(ir.start))
-    return bodies, "start"
+    bodies["^start"] = rx.seq(ignored, Ref(ir.start))
+    return bodies, "^start"
 
 
-def _terminal_dfa(terminal):
-    return terminal.dfa if terminal.dfa is not None else regex_to_dfa(terminal.regex)
+def root_format(spec) -> tuple[str, dict]:
+    """The JSON pointer and the root format of ``spec``: a dict or JSON text, ``{"type":
+    "structural_tag", "format": ...}`` (or the older ``structures`` and ``triggers``) or a bare
+    format object."""
+    if isinstance(spec, (str, bytes)):
+        try:
+            spec = json.loads(spec)
+        except json.JSONDecodeError as e:
+            raise GrammarError(f"invalid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+    if isinstance(spec, dict) and spec.get("type") == "structural_tag":
+        return ("#/format", spec["format"]) if "format" in spec else ("#", _legacy_format(spec))
+    return "#", spec
 
 
-def legacy_format(spec: dict) -> dict:
+def _legacy_format(spec: dict) -> dict:
     """The older ``{"structures": [{"begin", "schema", "end"}], "triggers": [...]}`` form."""
     structures = spec.get("structures")
     if not isinstance(structures, list):
@@ -421,8 +428,8 @@ def _text(excluded: Sequence[str | bytes]) -> rx.Node:
     return free_text(tuple(dict.fromkeys(e.encode("utf-8") if isinstance(e, str) else e for e in excluded)), None)
 
 
-def _flag(f: dict, field: str, pointer: str) -> bool:
-    value = f.get(field, False)
+def _flag(f: dict, field: str, pointer: str, default: bool = False) -> bool:
+    value = f.get(field, default)
     if not isinstance(value, bool):
         raise GrammarError(f"{field!r} must be true or false, got {value!r}", pointer=pointer)
     return value

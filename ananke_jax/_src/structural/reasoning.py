@@ -1,5 +1,7 @@
 """A token budget on a reasoning block: once ``budget`` tokens have been spent inside the block,
-only its end tag may follow (then the structured part, as before).
+only its end tag may follow (then the structured part, as before). The forced tokens continue
+the part of the end tag the text already ends with (for an end tag that overlaps itself, a
+token that would restart the match is refused: a narrower, never a wider, language).
 
 The block and what follows are one token DFA (`reasoning_structural_tag` compiled); the budget
 adds a counter to the state. Each state inside the block knows how many bytes of the end tag its
@@ -18,12 +20,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ananke_jax._src.compile.arrays import pack_bits
-from ananke_jax._src.compile.automaton import DEAD, ByteDFA
+from ananke_jax._src.compile.automaton import ByteDFA
 from ananke_jax._src.compile.token_trie import ordinary_token_ids
 from ananke_jax._src.engines.masks import is_allowed
 from ananke_jax._src.engines.protocol import Constraint
-from ananke_jax._src.engines.regular import RegularGrammar, RegularState
+from ananke_jax._src.engines.regular import DEAD, RegularGrammar, RegularState
 from ananke_jax._src.errors import GrammarError
+from ananke_jax._src.fusion.triggers import ROOT, aho_corasick
 from ananke_jax._src.vocab import Vocabulary
 
 
@@ -72,21 +75,22 @@ class ReasoningBudget(Constraint):
     def init_state(self) -> BudgetState:
         return BudgetState(self.grammar.init_state(), jnp.int32(0))
 
-    def _forced(self, state: BudgetState) -> tuple[jax.Array, jax.Array]:
-        """Whether only the end tag may follow, and the row of `closing` that says how."""
+    def _block(self, state: BudgetState) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """bool[]: the state is inside the block; bool[]: only the end tag may follow; uint32[W]:
+        the tokens that continue it."""
         depth = self.depth_of_state[state.inner.node]
-        return (depth >= 0) & (state.spent >= self.budget), self.closing[jnp.maximum(depth, 0)]
+        inside = depth >= 0
+        return inside, inside & (state.spent >= self.budget), self.closing[jnp.maximum(depth, 0)]
 
     def token_mask(self, state: BudgetState) -> jax.Array:
-        forced, closing = self._forced(state)
+        _, forced, closing = self._block(state)
         mask = self.grammar.token_mask(state.inner)
         return jnp.where(forced, mask & closing, mask)
 
     def advance(self, state: BudgetState, token: jax.Array) -> BudgetState:
-        forced, closing = self._forced(state)
-        inner = self.grammar.advance(state.inner, token)
-        refused = forced & ~is_allowed(closing, jnp.clip(token, 0, self.logits_width - 1))
-        inside = self.depth_of_state[state.inner.node] >= 0
+        inside, forced, closing = self._block(state)
+        inner = self.grammar.advance(state.inner, token)  # ids outside the vocabulary: DEAD
+        refused = forced & ~is_allowed(closing, token)
         return BudgetState(RegularState(jnp.where(refused, DEAD, inner.node)), state.spent + inside.astype(jnp.int32))
 
     def accepts(self, state: BudgetState) -> jax.Array:
@@ -122,14 +126,15 @@ def block_depths(dfa: ByteDFA, entry: bytes, end: bytes) -> np.ndarray:
         q = int(dfa.transitions[q, b])
     if q == DEAD:
         raise GrammarError(f"the language does not begin with {entry!r}")
-    kmp = _match_automaton(end)
+    transitions, _ = aho_corasick((end,))
+    matched = transitions[ROOT:] - ROOT  # [depth, byte]: the bytes of ``end`` the text ends with
     depths = np.full(dfa.num_states, -1, np.int32)
     depths[q] = 0
     todo = [q]
     while todo:
         q = todo.pop()
         for b in np.flatnonzero(dfa.transitions[q] != DEAD).tolist():
-            d = int(kmp[depths[q], b])
+            d = int(matched[depths[q], b])
             if d == len(end):  # the block is over
                 continue
             t = int(dfa.transitions[q, b])
@@ -139,19 +144,6 @@ def block_depths(dfa: ByteDFA, entry: bytes, end: bytes) -> np.ndarray:
             elif depths[t] != d:
                 raise GrammarError("the reasoning block's states cannot be told from the rest of the language")
     return depths
-
-
-def _match_automaton(pattern: bytes) -> np.ndarray:
-    """int64[len(pattern), 256]: the length of the longest prefix of ``pattern`` that the text
-    ends with, after one more byte (Knuth–Morris–Pratt)."""
-    table = np.zeros((len(pattern), 256), np.int64)
-    fallback = 0
-    for d, b in enumerate(pattern):
-        if d:
-            table[d] = table[fallback]
-            fallback = table[fallback, b]
-        table[d, b] = d + 1
-    return table
 
 
 @functools.lru_cache(maxsize=16)

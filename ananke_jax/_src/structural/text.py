@@ -13,12 +13,12 @@ can write its spelling.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 
 import numpy as np
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA
+from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.fusion.triggers import ROOT, aho_corasick
 from ananke_jax._src.vocab import Vocabulary
 
@@ -66,31 +66,26 @@ def until_first(triggers: tuple[bytes, ...], stops: tuple[bytes, ...], which: in
     return rx.Automaton(rx.intersect(rx.to_dfa(rx.star(ANY_CHAR)), first))
 
 
-def special_spellings(vocab: Vocabulary, token_ids: Sequence[int]) -> tuple[Vocabulary, dict[int, bytes]]:
-    """A view of ``vocab`` in which the special tokens ``token_ids`` are written by their private
-    spellings, and each token's spelling (empty ``token_ids``: ``vocab`` itself)."""
-    ids = tuple(dict.fromkeys(token_ids))
-    if not ids:
-        return vocab, {}
-    return _spelled(vocab, ids)
+@functools.lru_cache(maxsize=8)
+def spelled_vocabulary(vocab: Vocabulary, token_ids: tuple[int, ...]) -> Vocabulary:
+    """A view of ``vocab`` in which the k-th of the special tokens ``token_ids`` writes
+    `private_spelling` (k), and the tokens that could write its bytes are special (no ids:
+    ``vocab`` itself)."""
+    if not token_ids:
+        return vocab
+    if len(token_ids) > 255:
+        raise GrammarError("a structural tag may name at most 255 special tokens")
+    spelling = {t: private_spelling(k) for k, t in enumerate(token_ids)}
+    tokens = [spelling.get(i, t) for i, t in enumerate(vocab.tokens)]
+    private = {i for i, t in enumerate(vocab.tokens) if i not in spelling and PRIVATE_BYTE in t}
+    return Vocabulary(
+        tokens,
+        eos_token_ids=vocab.eos_token_ids,
+        special_token_ids=(vocab.special_token_ids - set(token_ids)) | private,
+        logits_width=vocab.logits_width,
+    )
 
 
 def private_spelling(k: int) -> bytes:
     """The bytes that stand for the k-th special token a language names."""
     return bytes([PRIVATE_BYTE, k + 1])
-
-
-@functools.lru_cache(maxsize=8)
-def _spelled(vocab: Vocabulary, ids: tuple[int, ...]) -> tuple[Vocabulary, dict[int, bytes]]:
-    if len(ids) > 255:
-        raise ValueError("at most 255 special tokens can be spelled")
-    spelling = {t: private_spelling(k) for k, t in enumerate(ids)}
-    tokens = [spelling.get(i, t) for i, t in enumerate(vocab.tokens)]
-    private = {i for i, t in enumerate(vocab.tokens) if i not in spelling and PRIVATE_BYTE in t}
-    view = Vocabulary(
-        tokens,
-        eos_token_ids=vocab.eos_token_ids,
-        special_token_ids=(vocab.special_token_ids - set(ids)) | private,
-        logits_width=vocab.logits_width,
-    )
-    return view, spelling

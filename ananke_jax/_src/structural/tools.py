@@ -15,8 +15,8 @@ Styles (the text a model writes for a call to ``f`` with arguments ``A``; source
   function-calling system prompt of SmolLM2-Instruct (its model card; Ollama's smollm2 template).
 
 ``tool_choice``: ``"none"`` (text, no call), ``"auto"`` (text, and calls where the model starts
-one), ``"required"`` (the reply opens with a call, as XGrammar's ``at_least_one``), or
-``{"type": "function", "function": {"name": ...}}`` (exactly one call to that function).
+one), ``"required"`` (one call or more, and nothing else), or ``{"type": "function", "function":
+{"name": ...}}`` (exactly one call, to that function, and nothing else).
 ``parallel_tool_calls=False`` allows one call at most.
 """
 
@@ -64,6 +64,7 @@ STYLES = {
     "smollm2": ToolStyle('{{"name": {name}, "arguments": ', ",\n", "<tool_call>[\n", "\n]</tool_call>", "<tool_call>"),
 }
 STYLES["qwen"] = STYLES["hermes"]
+STYLE_NAMES = tuple(sorted(STYLES))
 
 
 def tools_structural_tag(tools, tool_choice="auto", *, style: str = "hermes", parallel_tool_calls: bool = True) -> dict:
@@ -119,52 +120,47 @@ def tag_and_owners(tools, tool_choice, style: str, parallel_tool_calls: bool) ->
 def parse_tool_calls(text: str, tools, style: str = "hermes") -> list[tuple[str, dict]]:
     """The calls in ``text`` (generated in ``style``), as ``(name, arguments)`` in order.
 
-    ``text`` may keep or drop a special opening token (``[TOOL_CALLS]``). Text around the calls
-    is ignored.
+    Each call block is read as the constraint writes it: its marker, then one JSON value (a call,
+    or Mistral's and SmolLM2's list of calls), read whole by a JSON decoder, so an argument
+    holding a closing tag does not end it. Text around the blocks is ignored. ``text`` may keep
+    or drop Mistral's special ``[TOOL_CALLS]``: without it, a reply that is nothing but a JSON
+    list of calls is read as calls, anything else as text.
 
     Raises:
-      ValueError: a call that is not valid JSON, names no known tool, or lacks its arguments.
+      ValueError: an unknown style; a call block that is not valid JSON, or a call that names no
+        known tool or lacks its arguments.
     """
     if style not in STYLES:
         raise ValueError(f"unknown tool-call style {style!r}")
-    s = STYLES[style]
-    known = {name for name, _ in _functions(tools)}
-    decoder = json.JSONDecoder()
-    calls = []
-    for body in _call_texts(text, s):
-        position = 0
-        while True:
-            while position < len(body) and body[position] in " \t\r\n,;[]":
-                position += 1
-            if position >= len(body):
-                break
-            try:
-                call, position = decoder.raw_decode(body, position)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"a tool call is not valid JSON: {e.msg} at {e.pos}") from None
-            if not isinstance(call, dict) or call.get("name") not in known or not isinstance(call.get(s.arguments_key), dict):
-                raise ValueError(f"not a call to a known tool with {s.arguments_key!r}: {json.dumps(call)[:80]}")
-            calls.append((call["name"], call[s.arguments_key]))
+    s, known = STYLES[style], {name for name, _ in _functions(tools)}
+    marker = s.trigger if s.trigger is not None else s.opening
+    decoder, calls, position = json.JSONDecoder(), [], 0
+    if s.special and marker not in text:
+        body = text.strip()
+        try:
+            value, end = decoder.raw_decode(body) if body.startswith("[") else (None, 0)
+        except json.JSONDecodeError:
+            return []
+        return [_call_of(c, known, s) for c in value] if end == len(body) and _all_calls(value, known) else []
+    while (found := text.find(marker, position)) >= 0:
+        start = found if marker.startswith("{") else found + len(marker)  # Llama's marker opens the call
+        start += len(text[start:]) - len(text[start:].lstrip())
+        try:
+            value, position = decoder.raw_decode(text, start)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"a tool call is not valid JSON: {e.msg} at {e.pos}") from None
+        calls += [_call_of(c, known, s) for c in (value if isinstance(value, list) else [value])]
     return calls
 
 
-def _call_texts(text: str, s: ToolStyle) -> list[str]:
-    """The parts of ``text`` that hold calls."""
-    if s.per_call and s.opening:
-        opening, closing = s.opening.strip(), s.closing.strip()
-        return re.findall(re.escape(opening) + r"(.*?)" + re.escape(closing), text, flags=re.DOTALL)
-    if s.trigger is None:
-        start = text.find(s.opening)
-        body = text[start + len(s.opening) :] if start >= 0 else text
-        return [body] if body.lstrip().startswith("[") else []
-    if s.opening.strip():
-        start = text.find(s.trigger)
-        if start < 0:
-            return []
-        end = text.find(s.closing.strip(), start)
-        return [text[start + len(s.opening) : end if end >= 0 else len(text)]]
-    start = text.find(s.trigger)
-    return [text[start:]] if start >= 0 else []
+def _all_calls(value, known: set[str]) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(c, dict) and c.get("name") in known for c in value)
+
+
+def _call_of(call, known: set[str], s: ToolStyle) -> tuple[str, dict]:
+    if not isinstance(call, dict) or call.get("name") not in known or not isinstance(call.get(s.arguments_key), dict):
+        raise ValueError(f"not a call to a known tool with {s.arguments_key!r}: {json.dumps(call)[:80]}")
+    return call["name"], call[s.arguments_key]
 
 
 def _functions(tools) -> list[tuple[str, object]]:
