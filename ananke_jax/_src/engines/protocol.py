@@ -89,3 +89,25 @@ class Constraint(abc.ABC):
         if adjustment is not None:
             logits = logits + adjustment[: logits.shape[-1]].astype(logits.dtype)
         return apply_mask(logits, self.token_mask(state))
+
+
+class Wrapper(Constraint):
+    """A constraint built around another one (``self.wrapped``, a property in subclasses), whose
+    vocabulary sizes and fallback token it shares."""
+
+    @property
+    @abc.abstractmethod
+    def wrapped(self) -> Constraint:
+        """The constraint whose sizes this one has."""
+
+    @property
+    def vocab_size(self) -> int:
+        return self.wrapped.vocab_size
+
+    @property
+    def logits_width(self) -> int:
+        return self.wrapped.logits_width
+
+    @property
+    def fallback_token(self) -> jax.Array:
+        return self.wrapped.fallback_token

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ananke_jax._src.compile.automaton import DEAD
-from ananke_jax._src.engines.protocol import Constraint
+from ananke_jax._src.engines.protocol import Wrapper
 from ananke_jax._src.engines.regular import RegularGrammar, RegularState, from_numpy
 from ananke_jax._src.errors import FusionError
 from ananke_jax._src.fusion.triggers import (
@@ -51,7 +51,7 @@ class DeferredState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class DeferredConstraint(Constraint):
+class DeferredConstraint(Wrapper):
     """A grammar switched on by a trigger string (a pytree with the four constraint functions).
 
     While waiting, every ordinary token is allowed except those that end the trigger with a
@@ -72,16 +72,8 @@ class DeferredConstraint(Constraint):
     first_active: jax.Array
 
     @property
-    def vocab_size(self) -> int:
-        return self.matcher.vocab_size
-
-    @property
-    def logits_width(self) -> int:
-        return self.matcher.logits_width
-
-    @property
-    def fallback_token(self) -> jax.Array:
-        return self.matcher.fallback_token
+    def wrapped(self) -> RegularGrammar:
+        return self.matcher
 
     def init_state(self) -> DeferredState:
         return DeferredState(self.matcher.start_state, init_state(self.grammar))

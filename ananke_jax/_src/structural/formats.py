@@ -106,8 +106,8 @@ class StructuralCompiler:
     # --- formats -----------------------------------------------------------------------------
 
     def format(self, f, pointer: str, ends: Sequence[bytes] = ()) -> rx.Node:
-        """The language of format ``f`` at ``pointer``; ``ends``: the strings that close the
-        enclosing tag, when ``f`` ends its content."""
+        """The language of format ``f`` at ``pointer``; ``ends``: the end strings of the tag
+        whose content ``f`` is part of (free text stops at them)."""
         if not isinstance(f, dict) or not isinstance(f.get("type"), str):
             raise GrammarError("a format must be an object with a string 'type'", pointer=pointer)
         kind = f["type"]
@@ -133,8 +133,7 @@ class StructuralCompiler:
         max_chars = f.get("max_chars")
         if max_chars is not None and not is_count(max_chars):
             raise GrammarError(f"'max_chars' must be a non-negative integer, got {max_chars!r}", pointer=pointer)
-        excludes = [e.encode("utf-8") for e in _strings(f.get("excludes", []), f"{pointer}/excludes")]
-        return free_text(tuple(dict.fromkeys([*excludes, *ends])), max_chars)
+        return _text([*_strings(f.get("excludes", []), f"{pointer}/excludes"), *ends], max_chars)
 
     def json_schema(self, f, pointer, ends) -> rx.Node:
         if f.get("style", "json") != "json":
@@ -423,9 +422,9 @@ def _strings(values, pointer: str) -> list[str]:
     return values
 
 
-def _text(excluded: Sequence[str | bytes]) -> rx.Node:
-    """Free text without the ``excluded`` strings."""
-    return free_text(tuple(dict.fromkeys(e.encode("utf-8") if isinstance(e, str) else e for e in excluded)), None)
+def _text(excluded: Sequence[str | bytes], max_chars: int | None = None) -> rx.Node:
+    """Free text without the ``excluded`` strings, of at most ``max_chars`` code points."""
+    return free_text(tuple(dict.fromkeys(e.encode("utf-8") if isinstance(e, str) else e for e in excluded)), max_chars)
 
 
 def _flag(f: dict, field: str, pointer: str, default: bool = False) -> bool:

@@ -23,10 +23,11 @@ from ananke_jax._src.compile.arrays import pack_bits
 from ananke_jax._src.compile.automaton import ByteDFA
 from ananke_jax._src.compile.token_trie import ordinary_token_ids
 from ananke_jax._src.engines.masks import is_allowed
-from ananke_jax._src.engines.protocol import Constraint
+from ananke_jax._src.engines.protocol import Wrapper
 from ananke_jax._src.engines.regular import DEAD, RegularGrammar, RegularState
 from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.fusion.triggers import ROOT, aho_corasick
+from ananke_jax._src.json_schema.layout import is_count
 from ananke_jax._src.vocab import Vocabulary
 
 
@@ -43,7 +44,7 @@ class BudgetState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class ReasoningBudget(Constraint):
+class ReasoningBudget(Wrapper):
     """A token DFA whose reasoning block closes after ``budget`` tokens (a pytree).
 
     Attributes:
@@ -61,16 +62,8 @@ class ReasoningBudget(Constraint):
     budget: jax.Array
 
     @property
-    def vocab_size(self) -> int:
-        return self.grammar.vocab_size
-
-    @property
-    def logits_width(self) -> int:
-        return self.grammar.logits_width
-
-    @property
-    def fallback_token(self) -> jax.Array:
-        return self.grammar.fallback_token
+    def wrapped(self) -> RegularGrammar:
+        return self.grammar
 
     def init_state(self) -> BudgetState:
         return BudgetState(self.grammar.init_state(), jnp.int32(0))
@@ -106,7 +99,7 @@ jax.tree_util.register_dataclass(ReasoningBudget, data_fields=["grammar", "depth
 def reasoning_budget(grammar: RegularGrammar, dfa: ByteDFA, vocab: Vocabulary, *, entry: bytes, end: bytes, budget: int) -> ReasoningBudget:
     """The budgeted constraint of ``grammar`` (compiled from ``dfa``, whose state numbers it
     keeps), whose block starts after the bytes ``entry`` and ends with ``end``."""
-    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+    if not is_count(budget):
         raise GrammarError(f"the reasoning token budget must be a non-negative integer, got {budget!r}")
     depths = np.full(grammar.num_states, -1, np.int32)
     depths[: dfa.num_states] = block_depths(dfa, entry, end)
