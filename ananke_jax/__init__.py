@@ -71,6 +71,7 @@ from ananke_jax._src.structural.api import reasoning_constraint as reasoning_con
 from ananke_jax._src.structural.api import reasoning_structural_tag as reasoning_structural_tag
 from ananke_jax._src.structural.api import tools_constraint as tools_constraint
 from ananke_jax._src.structural.tools import STYLE_NAMES as TOOL_CALL_STYLES
+from ananke_jax._src.structural.tools import format_tool_calls as format_tool_calls
 from ananke_jax._src.structural.tools import parse_tool_calls as parse_tool_calls
 from ananke_jax._src.structural.tools import tools_structural_tag as tools_structural_tag
 from ananke_jax._src.vocab import Vocabulary as Vocabulary
@@ -94,6 +95,7 @@ __all__ = [
     "reasoning_structural_tag",
     "reasoning_constraint",
     "parse_tool_calls",
+    "format_tool_calls",
     "TOOL_CALL_STYLES",
     "draft_tables",
     # the engines' tables and states

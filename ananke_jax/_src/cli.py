@@ -5,6 +5,7 @@ ananke-jax generate --regex '\\d{3}-\\d{4}' --prompt "A phone number, please."
 ananke-jax generate --grammar grammars/json.gbnf --model tiny --tokenizer tekken --batch 4
 ananke-jax compile --schema person.json --tokenizer smollm2 --out person.npz
 ananke-jax inspect person.npz
+ananke-jax serve --port 8000                  # an OpenAI-compatible server (pip install 'ananke-jax[serve]')
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import ananke_jax as aj
 from ananke_jax import models
 from ananke_jax._src.grammar_text import lark_names, to_lark
 from ananke_jax._src.serialize import load_constraint, save_constraint
+from ananke_jax._src.server.main import add_serve_command
 
 DEFAULT_SCHEMA = {
     "type": "object",
@@ -274,6 +276,7 @@ def _parser() -> argparse.ArgumentParser:
     insp = commands.add_parser("inspect", help="describe a saved constraint")
     insp.add_argument("file")
     insp.set_defaults(run=inspect_command)
+    add_serve_command(commands)
     return parser
 
 

@@ -142,7 +142,7 @@ class Engine:
             sampling=SamplingRows.of([SamplingParams()] * slots),
             keys=jnp.zeros((slots, 2), jnp.uint32),
         )
-        self._decode, self._prefill = _compiled(step_fn, self._eos, steps_per_call, mesh, self._slots)
+        self._decode, self._prefill, self._admit_row = _compiled(step_fn, self._eos, steps_per_call, mesh, self._slots)
         self._params = params if mesh is None else jax.device_put(params, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
         if mesh is not None:
             self._slots = jax.device_put(self._slots, _slot_sharding(mesh, self._slots))
@@ -163,6 +163,7 @@ class Engine:
         self._slots = self._slots._replace(active=self._slots.active & False)
         for decode in self._decode.values():
             self._slots = decode(self._params, self.pool.tables, self._slots)[0]
+        self._slots = self._slots._replace(active=_deactivate(self._slots.active, jnp.int32(0)))
 
     @property
     def compilations(self) -> int:
@@ -221,8 +222,35 @@ class Engine:
         queue)."""
         return max(0, self.slots - len(self._running) - len(self._queue))
 
+    @property
+    def running(self) -> int:
+        """Requests in slots."""
+        return len(self._running)
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued for a slot (or for room in the pool)."""
+        return len(self._queue)
+
     def has_work(self) -> bool:
         return bool(self._queue or self._running or self._done)
+
+    def cancel(self, request_id: int) -> bool:
+        """Stop a queued or running request (a client gone, a stop string met): its slot and pool
+        space are freed, and no further event comes for it. Returns whether it was still live."""
+        self._done = [e for e in self._done if e.request_id != request_id]
+        for request in self._queue:
+            if request.id == request_id:
+                self._queue.remove(request)
+                if request.handle is not None and not isinstance(request.constraint, Handle):
+                    self.pool.remove(request.handle)
+                return True
+        for slot, request in self._running.items():
+            if request.id == request_id:
+                self._slots = self._slots._replace(active=_deactivate(self._slots.active, jnp.int32(slot)))
+                self._release(slot)
+                return True
+        return False
 
     def step(self) -> list[Event]:
         """Admit queued requests to free slots: each is prefilled and its first token drawn,
@@ -268,16 +296,12 @@ class Engine:
         tokens = np.zeros((1, bucket), np.int32)
         tokens[0, : len(request.prompt)] = request.prompt
         handle = -1 if request.handle is None else request.handle.index
-        row = (
-            jnp.asarray(tokens),
-            jnp.int32(len(request.prompt)),
-            jnp.int32(slot),
-            jnp.int32(request.max_new_tokens),
-            SamplingRows.of([request.sampling]),
-            jax.random.key_data(jax.random.key(request.seed)),
-        )
-        tables = self.pool.tables
-        self._slots, token, reason = self._prefill(self._params, tables, self._slots, _start_state(tables, jnp.int32(handle)), *row)
+        length, at = jnp.int32(len(request.prompt)), jnp.int32(slot)
+        cache, logits = self._prefill(self._params, self._slots.cache, jnp.asarray(tokens), length, at)
+        tables, key = self.pool.tables, jax.random.key_data(jax.random.key(request.seed))
+        start = _start_state(tables, jnp.int32(handle))
+        row = (logits, length, at, jnp.int32(request.max_new_tokens), SamplingRows.of([request.sampling]), key)
+        self._slots, token, reason = self._admit_row(tables, self._slots._replace(cache=cache), start, *row)
         self._running[slot] = request
         token, reason = int(token), int(reason)  # the first token, drawn from the prompt's logits
         if reason != RUNNING:
@@ -288,6 +312,7 @@ class Engine:
 
 
 _start_state = jax.jit(PoolTables.start)
+_deactivate = jax.jit(lambda active, slot: active.at[slot].set(False))
 
 
 def _slot_sharding(mesh, slots: _Slots):
@@ -324,11 +349,16 @@ def _pick(tables: PoolTables, s: _Slots, logits, eos_ids, pushdown: bool | None)
     return jnp.where(emits, token, -1), jnp.where(done, reason, RUNNING), s
 
 
+def _put_row(rows: jax.Array, row: jax.Array, slot: jax.Array) -> jax.Array:
+    """``rows`` with ``row`` (a leading axis of 1) written at ``slot``."""
+    return jax.lax.dynamic_update_slice_in_dim(rows, row.astype(rows.dtype), slot, axis=0)
+
+
 def _compiled(step_fn, eos: np.ndarray, steps: int, mesh, slots: _Slots):
     """The jitted decode functions (``steps`` tokens per slot), by whether a slot may be on a
-    pushdown member (the host knows: no predicate is read on the device), and the prefill
-    function (one slot, and its first token); with a mesh, slot arrays stay sharded over its
-    first axis."""
+    pushdown member (the host knows: no predicate is read on the device), the prefill of one
+    slot's prompt and the admission of its request (its first token drawn); with a mesh, slot
+    arrays stay sharded over its first axis."""
     eos_ids = jnp.asarray(eos)
 
     def decode_once(params, tables: PoolTables, s: _Slots, pushdown: bool):
@@ -342,10 +372,16 @@ def _compiled(step_fn, eos: np.ndarray, steps: int, mesh, slots: _Slots):
         s, (tokens, reasons) = jax.lax.scan(lambda c, _: decode_once(params, tables, c, pushdown), s, None, length=steps)
         return s, tokens, reasons
 
-    def prefill(params, tables: PoolTables, s: _Slots, start: PooledState, tokens, length, slot, budget, sampling, key):
-        row = jax.tree_util.tree_map(lambda c: jax.lax.dynamic_slice_in_dim(c, slot, 1, axis=0), s.cache)
+    def prefill(params, cache, tokens, length, slot):
+        """The model over one slot's prompt (``tokens``, padded to a bucket): the cache with that
+        slot's row filled, and the logits (float[1, V]) after the prompt's last token."""
+        row = jax.tree_util.tree_map(lambda c: jax.lax.dynamic_slice_in_dim(c, slot, 1, axis=0), cache)
         logits, row = step_fn(params, row, tokens, jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :])
-        put = lambda all_, one: jax.lax.dynamic_update_slice_in_dim(all_, one.astype(all_.dtype), slot, axis=0)
+        return jax.tree_util.tree_map(functools.partial(_put_row, slot=slot), cache, row), logits[:, length - 1]
+
+    def admit(tables: PoolTables, s: _Slots, start: PooledState, logits, length, slot, budget, sampling, key):
+        """Put a new request in ``slot`` and draw its first token from ``logits`` (one program for
+        every prompt bucket: only the model's prefill depends on the prompt's length)."""
         one = _Slots(
             cache=None,
             pending=jnp.zeros(1, jnp.int32),
@@ -357,10 +393,11 @@ def _compiled(step_fn, eos: np.ndarray, steps: int, mesh, slots: _Slots):
             sampling=sampling,
             keys=key[None],
         )
-        token, reason, one = _pick(tables, one, logits[:, length - 1], eos_ids, None)
-        merged = jax.tree_util.tree_map(put, s._replace(cache=None), one)
-        return merged._replace(cache=jax.tree_util.tree_map(put, s.cache, row)), token[0], reason[0]
+        token, reason, one = _pick(tables, one, logits, eos_ids, None)
+        merged = jax.tree_util.tree_map(functools.partial(_put_row, slot=slot), s._replace(cache=None), one)
+        return merged._replace(cache=s.cache), token[0], reason[0]
 
     shardings = {} if mesh is None else {"out_shardings": (_slot_sharding(mesh, slots), None, None)}
+    cache_sharding = {} if mesh is None else {"out_shardings": (_slot_sharding(mesh, slots.cache), None)}
     decodes = {pushdown: jax.jit(functools.partial(decode, pushdown=pushdown), donate_argnums=2, **shardings) for pushdown in (False, True)}
-    return decodes, jax.jit(prefill, donate_argnums=2, **shardings)
+    return decodes, jax.jit(prefill, donate_argnums=1, **cache_sharding), jax.jit(admit, donate_argnums=1, **shardings)

@@ -132,8 +132,7 @@ def parse_tool_calls(text: str, tools, style: str = "hermes") -> list[tuple[str,
     """
     if style not in STYLES:
         raise ValueError(f"unknown tool-call style {style!r}")
-    s, known = STYLES[style], {name for name, _ in _functions(tools)}
-    marker = s.trigger if s.trigger is not None else s.opening
+    s, known, marker = STYLES[style], {name for name, _ in _functions(tools)}, call_marker(style)
     decoder, calls, position = json.JSONDecoder(), [], 0
     if s.special and marker not in text:
         body = text.strip()
@@ -151,6 +150,24 @@ def parse_tool_calls(text: str, tools, style: str = "hermes") -> list[tuple[str,
             raise ValueError(f"a tool call is not valid JSON: {e.msg} at {e.pos}") from None
         calls += [_call_of(c, known, s) for c in (value if isinstance(value, list) else [value])]
     return calls
+
+
+def format_tool_calls(calls, style: str = "hermes") -> str:
+    """The text of ``calls`` (``(name, arguments)`` pairs) as ``style`` writes them: what
+    `parse_tool_calls` reads back, and what a chat history shows for a past assistant turn."""
+    if style not in STYLES:
+        raise ValueError(f"unknown tool-call style {style!r}")
+    s = STYLES[style]
+    bodies = [s.call_begin.format(name=json.dumps(name)) + json.dumps(arguments) + "}" for name, arguments in calls]
+    if s.per_call:
+        return s.separator.join(s.opening + body + s.closing for body in bodies)
+    return s.opening + ("[" if s.special else "") + s.separator.join(bodies) + s.closing
+
+
+def call_marker(style: str) -> str:
+    """The text where ``style``'s calls begin in a reply (what free text before them never holds)."""
+    s = STYLES[style]
+    return s.trigger if s.trigger is not None else s.opening
 
 
 def _all_calls(value, known: set[str]) -> bool:

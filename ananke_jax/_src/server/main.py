@@ -1,0 +1,64 @@
+"""``ananke-jax serve``: the command's options, and the server started with them (uvicorn)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+API_KEY_VARIABLE = "ANANKE_API_KEY"
+
+
+def add_serve_command(commands) -> None:
+    p = commands.add_parser("serve", help="an OpenAI-compatible server with structured outputs and tools")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--model", default="smollm2", help="smollm2 (default), tiny (random weights, for tests) or a Llama-style .gguf")
+    p.add_argument("--served-model-name", help="the model's id in the API (default: from the model)")
+    p.add_argument("--slots", type=int, default=8, help="requests decoded at once")
+    p.add_argument("--max-len", type=int, default=1024, help="positions per slot: prompt plus reply")
+    p.add_argument("--api-key", default=os.environ.get(API_KEY_VARIABLE), help=f"require this bearer key (default: ${API_KEY_VARIABLE})")
+    p.add_argument("--tool-style", help="tool-call format (default: read from the chat template)")
+    p.add_argument("--max-tokens", type=int, default=4096, help="the most tokens one request may generate")
+    p.add_argument("--max-whitespace", type=int, help="the longest whitespace run between JSON tokens (default: the library's, 24)")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="the largest request body")
+    p.add_argument("--max-grammar-bytes", type=int, default=64 << 10, help="the largest constraint (schema, grammar, tools) in JSON bytes")
+    p.add_argument("--compile-seconds", type=float, default=10.0, help="the compile budget of one constraint")
+    p.add_argument("--max-table-bytes", type=int, default=256 << 20, help="the largest compiled tables of one constraint")
+    p.add_argument("--compile-workers", type=int, default=2, help="processes compiling grammars")
+    p.add_argument("--cache-size", type=int, default=256, help="compiled constraints kept")
+    p.add_argument("--pool", default="default", choices=("small", "default", "large"), help="grammar pool capacity preset")
+    p.add_argument("--steps-per-call", type=int, default=1, help="decode steps per device call")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(run=serve_command)
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from ananke_jax._src.server.app import create_app
+        from ananke_jax._src.server.compiling import CompileBudget
+        from ananke_jax._src.server.service import Limits, Service, load_model
+    except ImportError as e:
+        raise ImportError(f"the server needs its extra: pip install 'ananke-jax[serve]' ({e})") from None
+    start = time.perf_counter()
+    print(f"loading {args.model} and warming up {args.slots} slots of {args.max_len} positions ...", file=sys.stderr, flush=True)
+    model = load_model(args.model, args.tool_style)
+    if args.served_model_name:
+        model.name = args.served_model_name
+    budget = CompileBudget(args.compile_seconds, args.max_table_bytes, args.max_grammar_bytes)
+    service = Service(
+        model,
+        slots=args.slots,
+        max_len=args.max_len,
+        limits=Limits(args.max_tokens, args.max_whitespace, args.max_body_bytes, budget),
+        compile_workers=args.compile_workers,
+        cache_size=args.cache_size,
+        pool=args.pool,
+        steps_per_call=args.steps_per_call,
+    )
+    print(f"ready in {time.perf_counter() - start:.1f} s: {model.name} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    uvicorn.run(create_app(service, args.api_key), host=args.host, port=args.port, log_level=args.log_level)
+    return 0
