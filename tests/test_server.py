@@ -19,11 +19,10 @@ import time
 import httpx
 import jsonschema
 import lark
+import openai
 import pydantic
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
-openai = pytest.importorskip("openai", reason="the server's tests need the test extra: pip install -e '.[test]'")
 
 pytestmark = pytest.mark.slow
 KEY = "test-key"
