@@ -71,7 +71,7 @@ def server():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    command = [sys.executable, "-m", "ananke_jax", "serve", "--port", str(port), "--slots", "2", "--max-len", "256"]
+    command = [sys.executable, "-m", "ananke_jax", "serve", "--port", str(port), "--slots", "2", "--max-len", "128"]
     env = {**os.environ, "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:

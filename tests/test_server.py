@@ -8,9 +8,12 @@ template, so replies are nonsense that the constraints must still keep valid.
 """
 
 import asyncio
+import contextlib
 import json
 import os
+import pathlib
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -67,7 +70,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(smollm2_gguf):
+def server_process(smollm2_gguf):
     port = _free_port()
     command = [sys.executable, "-m", "ananke_jax", "serve", "--model", "tiny", "--port", str(port), "--slots", "4", "--max-len", "384"]
     command += ["--api-key", KEY, "--compile-seconds", "4", "--max-grammar-bytes", "20000", "--max-body-bytes", "100000"]
@@ -89,12 +92,17 @@ def server(smollm2_gguf):
     else:
         process.kill()
         pytest.fail(f"the server did not start: {process.stdout.read()[-3000:]}")
-    yield url
+    yield process, url
     process.terminate()
     try:
         process.wait(timeout=30)
     except subprocess.TimeoutExpired:
         process.kill()
+
+
+@pytest.fixture(scope="module")
+def server(server_process):
+    return server_process[1]
 
 
 @pytest.fixture(scope="module")
@@ -292,6 +300,8 @@ BAD = {
     "max_tokens beyond the context": ({"max_tokens": 370}, 400, "context holds"),
     "grammar too large": ({"structured_outputs": {"choice": [f"option {i}" for i in range(3000)]}}, 400, "over the limit"),
     "n > 1": ({"n": 2}, 400, "one choice"),
+    "too many stop strings": ({"stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4"),
+    "a reasoning block too long": ({"max_reasoning_chars": 10**6}, 400, "max_reasoning_chars"),
     "bad tool": ({"tools": [{"type": "function", "function": {"name": "has space"}}]}, 400, "function name"),
 }
 
@@ -312,6 +322,10 @@ def test_http_limits_and_the_api_key(server):
     assert post(json={}, headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert httpx.get(f"{server}/metrics").status_code == 401
     assert post(content=b"{" + b" " * 200_000 + b"}", headers={"Authorization": f"Bearer {KEY}"}).status_code == 413
+    chunked = post(content=iter([b"{"] + [b" " * 50_000] * 4 + [b"}"]), headers={"Authorization": f"Bearer {KEY}"})  # no length declared
+    assert chunked.status_code == 413 and "over the limit" in chunked.json()["error"]["message"]
+    missing = httpx.get(f"{server}/v1/nothing", headers={"Authorization": f"Bearer {KEY}"})
+    assert missing.status_code == 404 and "error" in missing.json()
     response = post(content=b"{not json", headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
     assert response.status_code == 400 and "not valid JSON" in response.json()["error"]["message"]
 
@@ -333,6 +347,39 @@ def test_a_grammar_bomb_is_stopped_by_the_budget_without_stalling_others(server,
     assert bomb.status_code == 400 and re.search("compile budget|too large", bomb.json()["error"]["message"]), bomb.text
     assert fine.status_code == 200 and seconds < 4, (fine.text, seconds)
     assert _finished(_chat(client, extra_body={"structured_outputs": {"regex": "[a-c]{3}"}})) is not None
+
+
+def _compile_workers(pid: int) -> list[int]:
+    """The spawned processes of the server ``pid`` (not multiprocessing's resource tracker)."""
+    found = []
+    for proc in pathlib.Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == pid and b"spawn_main" in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc").is_dir(), reason="finds the compile workers through /proc (Linux)")
+def test_compile_workers_that_die_are_replaced(server_process, client):
+    """Every compile worker killed: a request may fail with 500 (never hang), and the same
+    request is served once new workers are up."""
+    process, _ = server_process
+    workers = _compile_workers(process.pid)
+    assert len(workers) == 2
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    schema = _schema(900)
+    fmt = {"type": "json_schema", "json_schema": {"name": "after", "schema": schema, "strict": True}}
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            reply = _chat(client, response_format=fmt, extra_body={"structured_outputs": COMPACT})
+            break
+        except openai.InternalServerError as e:
+            assert "worker" in str(e) and time.monotonic() < deadline
+            time.sleep(1)
+    jsonschema.validate(json.loads(_finished(reply)), schema)
 
 
 def test_no_xla_compilation_after_warm_up(server, client):

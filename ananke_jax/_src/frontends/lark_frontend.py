@@ -43,6 +43,8 @@ from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.frontends.gbnf import regex_char, regex_literal
 from ananke_jax._src.ir import Grammar, Rule, TerminalDef
 
+_RELATIVE_IMPORT = re.compile(r"^[ \t]*%import[ \t]+\.", re.MULTILINE)
+
 try:  # Python >= 3.11: the case pairs re.IGNORECASE adds beyond str.lower (such as 's' and 'ſ')
     from re._casefix import _EXTRA_CASES
 except ImportError:  # pragma: no cover - Python 3.10
@@ -72,8 +74,12 @@ def lark_to_ir(text: str, *, start: str = "start") -> Grammar:
 
     Raises:
       GrammarError: lark refuses the grammar (syntax errors carry line and column), a terminal
-        uses a feature byte automata cannot take (named), or the language is empty.
+        uses a feature byte automata cannot take (named), the language is empty, or a relative
+        ``%import`` would read a grammar file from the working directory.
     """
+    if relative := _RELATIVE_IMPORT.search(text):
+        line = text.count("\n", 0, relative.start()) + 1
+        raise GrammarError(f"Lark grammar, line {line}: a relative %import reads files from disk; put the rules in the grammar")
     try:
         grammar, _ = load_grammar(text, "<grammar>", [], False)
         terminals, rules, ignore = grammar.compile([start], ())

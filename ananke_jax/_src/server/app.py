@@ -9,6 +9,7 @@ import hmac
 import fastapi
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ananke_jax._src.server.openai_types import ChatCompletionRequest
 from ananke_jax._src.server.service import Service
@@ -46,6 +47,10 @@ def create_app(service: Service, api_key: str | None = None) -> fastapi.FastAPI:
     async def refused(_request, e: RequestError):
         return error_response(e.status, e.message, param=e.param, code=e.code)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request, e: StarletteHTTPException):
+        return error_response(e.status_code, str(e.detail))
+
     @app.exception_handler(RequestValidationError)
     async def malformed(_request, e: RequestValidationError):
         service.metrics.errors.labels("400").inc()
@@ -63,7 +68,7 @@ def create_app(service: Service, api_key: str | None = None) -> fastapi.FastAPI:
 
     @app.get("/v1/models")
     async def list_models():
-        model = {"id": service.model.name, "object": "model", "created": service.created, "owned_by": "ananke-jax"}
+        model = {"id": service.model.name, "object": "model", "created": service.started, "owned_by": "ananke-jax"}
         return {"object": "list", "data": [{**model, "max_model_len": service.engine.max_len}]}
 
     @app.get("/metrics")
@@ -71,17 +76,18 @@ def create_app(service: Service, api_key: str | None = None) -> fastapi.FastAPI:
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest):
-        reply = await service.chat(body)
-        if isinstance(reply, dict):
-            return reply
-        return StreamingResponse(reply, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    async def chat_completions(body: ChatCompletionRequest, request: fastapi.Request):
+        completion = await service.start(body)
+        if body.stream:
+            return StreamingResponse(completion.stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return await completion.whole(request.is_disconnected)
 
     return app
 
 
 class _BodyLimit:
-    """ASGI middleware: a request body over ``limit`` bytes gets 413 (declared or streamed)."""
+    """ASGI middleware: a request body over ``limit`` bytes gets 413, whether its length is
+    declared or not (the body is read here, then handed on)."""
 
     def __init__(self, app, limit: int):
         self.app, self.limit = app, limit
@@ -89,28 +95,29 @@ class _BodyLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers", ())).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+        declared = dict(scope.get("headers", ())).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
             return await self._refuse(scope, receive, send)
-        seen = 0
-
-        async def counted():
-            nonlocal seen
+        body, more = b"", True
+        while more:
             message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise _TooLarge
-            return message
-
-        try:
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await self._refuse(scope, receive, send)
+            if message["type"] != "http.request":
+                return await self.app(scope, _replay([message]), send)
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                return await self._refuse(scope, receive, send)
+        await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
 
     async def _refuse(self, scope, receive, send):
         response = error_response(413, f"the request body is over the limit of {self.limit:,} bytes")
         await response(scope, receive, send)
 
 
-class _TooLarge(Exception):
-    pass
+def _replay(messages: list[dict], then=None):
+    """An ASGI ``receive`` that gives ``messages``, then defers to ``then`` (the disconnect)."""
+
+    async def receive():
+        return messages.pop(0) if messages else await then()
+
+    return receive

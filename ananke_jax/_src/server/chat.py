@@ -7,6 +7,7 @@ model's tool-call format; past calls of assistant turns are written in that form
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import jinja2
@@ -23,7 +24,9 @@ CHATML = (
 
 
 class ChatTemplate:
-    """Renders `Message`s for one model.
+    """Renders `Message`s for one model, in the Jinja2 environment Hugging Face's
+    ``apply_chat_template`` gives templates (loop controls, ``raise_exception``, ``strftime_now``,
+    an unescaped ``tojson``), sandboxed.
 
     Args:
       source: the Jinja2 template (None: ChatML).
@@ -32,8 +35,11 @@ class ChatTemplate:
     """
 
     def __init__(self, source: str | None, tool_style: str, **special: str):
-        environment = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        environment.globals["raise_exception"] = _raise
+        environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
+        environment.filters["tojson"] = _tojson  # as Hugging Face's templates expect: no HTML escaping
+        environment.globals |= {"raise_exception": _raise, "strftime_now": lambda fmt: datetime.datetime.now().strftime(fmt)}
         self.source = source or CHATML
         self.template = environment.from_string(self.source)
         self.tool_style, self.special = tool_style, special
@@ -77,6 +83,10 @@ class ChatTemplate:
             f"<tools>{json.dumps([t['function'] for t in tools])}</tools>\n"
             f"To call tools, answer with their calls in this format: {example}"
         )
+
+
+def _tojson(value, indent=None, separators=None, sort_keys=False, ensure_ascii=False):
+    return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
 
 
 def _raise(message: str):

@@ -20,18 +20,11 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
+from ananke_jax._src.server.limits import CompileBudget
 from ananke_jax._src.server.specs import RequestError, Spec, compile_spec
 
 log = logging.getLogger(__name__)
 _WARM_UP = Spec("json_schema", {"type": "object", "properties": {"a": {"type": "integer"}}})
-
-
-class CompileBudget:
-    """Limits on one compile: ``max_seconds`` of work (the worker is stopped), ``max_table_bytes``
-    of tables, ``max_spec_bytes`` of request JSON (checked before any work)."""
-
-    def __init__(self, max_seconds: float = 10.0, max_table_bytes: int = 256 << 20, max_spec_bytes: int = 64 << 10):
-        self.max_seconds, self.max_table_bytes, self.max_spec_bytes = max_seconds, max_table_bytes, max_spec_bytes
 
 
 def _worker(connection, vocab, max_table_bytes: int) -> None:
@@ -67,8 +60,18 @@ class _Process:
         self.process.start()
         theirs.close()
 
-    def wait_ready(self) -> None:
-        self.connection.recv()
+    def wait_ready(self, timeout: float) -> None:
+        """Wait for the worker's warm-up; raises RuntimeError if it dies or takes longer."""
+        if not self.connection.poll(timeout) or self.connection.recv() != ("ready",):
+            raise RuntimeError("a grammar compile worker did not start")
+
+    def compile(self, spec: Spec, seconds: float) -> tuple:
+        """The worker's answer for ``spec``; TimeoutError past ``seconds``, EOFError or OSError
+        if the worker dies."""
+        self.connection.send(spec)
+        if not self.connection.poll(seconds):
+            raise TimeoutError
+        return self.connection.recv()
 
     def stop(self) -> None:
         self.process.kill()
@@ -80,27 +83,41 @@ class CompileWorkers:
     """``workers`` processes compiling `Spec`s for ``vocab``; `submit` returns a future.
 
     Each process is fed by its own thread in this one. A compile past ``budget.max_seconds``
-    fails with a 400 `RequestError` naming the budget; a process that dies (out of memory, say)
-    fails its compile with a 500. Either way the process is replaced.
+    fails with a 400 `RequestError` naming the budget; any other failure of the worker (it dies,
+    its answer cannot be read) fails the compile with a 500. Either way the process is replaced.
     """
 
-    def __init__(self, vocab, workers: int = 2, budget: CompileBudget | None = None, on_compiled: Callable[[float], None] | None = None):
-        self.vocab, self.budget = vocab, budget or CompileBudget()
+    START_SECONDS = 300.0  # a worker's start: imports, the vocabulary's tables, one compile
+
+    def __init__(
+        self, vocab, workers: int = 2, budget: CompileBudget = CompileBudget(), on_compiled: Callable[[float], None] | None = None
+    ):
+        self.vocab, self.budget = vocab, budget
         self._context = multiprocessing.get_context("spawn")
         self._jobs: queue.Queue = queue.Queue()
         self._on_compiled = on_compiled or (lambda seconds: None)
-        processes = [_Process(self._context, vocab, self.budget) for _ in range(workers)]
-        self._threads = [threading.Thread(target=self._feed, args=(p,), daemon=True, name=f"compile-{i}") for i, p in enumerate(processes)]
-        self._ready = [threading.Event() for _ in processes]
+        self._ready = [threading.Event() for _ in range(workers)]
+        self._threads = [threading.Thread(target=self._feed, args=(i,), daemon=True, name=f"compile-{i}") for i in range(workers)]
         for thread in self._threads:
             thread.start()
 
-    def wait_ready(self, timeout: float | None = None) -> None:
-        """Block until every worker has loaded the library and the vocabulary's tables."""
-        for event in self._ready:
-            event.wait(timeout)
+    def wait_ready(self) -> None:
+        """Block until every worker has loaded the library and the vocabulary's tables.
+
+        Raises:
+          RuntimeError: a worker did not start within `START_SECONDS`.
+        """
+        if not all(event.wait(self.START_SECONDS) for event in self._ready):
+            raise RuntimeError("the grammar compile workers did not start")
 
     def submit(self, spec: Spec) -> concurrent.futures.Future:
+        """The future constraint of ``spec``.
+
+        Raises:
+          RequestError: 503 when ``budget.max_queue`` compiles already wait.
+        """
+        if self._jobs.qsize() >= self.budget.max_queue:
+            raise RequestError(503, f"{self._jobs.qsize()} grammars are waiting to compile: try again shortly", code="server_busy")
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._jobs.put((spec, future))
         return future
@@ -109,44 +126,54 @@ class CompileWorkers:
         for _ in self._threads:
             self._jobs.put(None)
 
-    def _feed(self, process: _Process) -> None:
-        index = self._threads.index(threading.current_thread())
-        process.wait_ready()
+    def _feed(self, index: int) -> None:
+        process = self._start()
         self._ready[index].set()
         while (job := self._jobs.get()) is not None:
             spec, future = job
             if not future.set_running_or_notify_cancel():
                 continue
             start = time.perf_counter()
-            process.connection.send(spec)
             try:
-                if not process.connection.poll(self.budget.max_seconds):
-                    raise TimeoutError
-                answer = process.connection.recv()
-            except (TimeoutError, EOFError, OSError) as e:
+                answer = process.compile(spec, self.budget.max_seconds)
+            except TimeoutError:
                 future.set_exception(
                     RequestError(400, f"the grammar did not compile within the compile budget of {self.budget.max_seconds:g} s")
-                    if isinstance(e, TimeoutError)
-                    else RequestError(500, "the grammar compiler's worker process died", code="server_error")
                 )
-                process.stop()
-                process = _Process(self._context, self.vocab, self.budget)
-                process.wait_ready()
-                continue
-            self._on_compiled(time.perf_counter() - start)
-            if answer[0] == "ok":
-                future.set_result(answer[1])
+            except BaseException:
+                log.exception("a grammar compile worker failed")
+                future.set_exception(RequestError(500, "the grammar compiler's worker process failed", code="server_error"))
             else:
-                future.set_exception(
-                    RequestError(answer[1], answer[2], code="invalid_request_error" if answer[1] == 400 else "server_error")
-                )
+                self._on_compiled(time.perf_counter() - start)
+                if answer[0] == "ok":
+                    future.set_result(answer[1])
+                else:
+                    future.set_exception(
+                        RequestError(answer[1], answer[2], code="invalid_request_error" if answer[1] == 400 else "server_error")
+                    )
+                continue
+            process.stop()
+            process = self._start()
         process.stop()
+
+    def _start(self) -> _Process:
+        """A new worker process, warmed up (retried until one starts)."""
+        while True:
+            process = _Process(self._context, self.vocab, self.budget)
+            try:
+                process.wait_ready(self.START_SECONDS)
+                return process
+            except (RuntimeError, EOFError, OSError):
+                log.exception("a grammar compile worker did not start; starting another")
+                process.stop()
+                time.sleep(1)
 
 
 class GrammarCache:
     """Compiled constraints by `Spec.key`, the ``size`` most recently used kept. A key being
-    compiled maps to its future, so concurrent identical requests share one compile; a refusal is
-    kept like a success (a repeated grammar bomb costs nothing the second time)."""
+    compiled maps to its future, so concurrent identical requests share one compile. A refusal
+    (400) is kept like a success, so a repeated grammar bomb costs nothing the second time; a
+    server error or a cancelled compile is dropped, to be tried again."""
 
     def __init__(self, workers: CompileWorkers, size: int = 256):
         self.workers, self.size = workers, size
@@ -156,7 +183,8 @@ class GrammarCache:
         self.hits = self.misses = 0
 
     def get(self, spec: Spec) -> concurrent.futures.Future:
-        """The future constraint of ``spec`` (None for free text)."""
+        """The future constraint of ``spec``; its exception, if any, is a `RequestError` whose
+        status and message callers copy (`refusal`), never raise as it is (it is shared)."""
         if spec.size > self.workers.budget.max_spec_bytes:
             raise RequestError(
                 400, f"the constraint takes {spec.size:,} bytes of JSON, over the limit of {self.workers.budget.max_spec_bytes:,}"
@@ -170,9 +198,21 @@ class GrammarCache:
             self.misses += 1
             future = self.workers.submit(spec)
             self._entries[key] = future
+            future.add_done_callback(lambda done: self._forget_failure(key, done))
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
             return future
 
+    def _forget_failure(self, key: str, future: concurrent.futures.Future) -> None:
+        if future.cancelled() or (isinstance(future.exception(), RequestError) and future.exception().status >= 500):
+            with self._lock:
+                if self._entries.get(key) is future:
+                    del self._entries[key]
+
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def refusal(error: RequestError) -> RequestError:
+    """A new error with ``error``'s status, message and code (a cached refusal is shared)."""
+    return RequestError(error.status, error.message, param=error.param, code=error.code)

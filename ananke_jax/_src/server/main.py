@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
 
+from ananke_jax._src.server.limits import CompileBudget, Limits
+
 API_KEY_VARIABLE = "ANANKE_API_KEY"
+_LIMITS, _BUDGET = Limits(), CompileBudget()
 
 
 def add_serve_command(commands) -> None:
@@ -20,12 +24,17 @@ def add_serve_command(commands) -> None:
     p.add_argument("--max-len", type=int, default=1024, help="positions per slot: prompt plus reply")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_VARIABLE), help=f"require this bearer key (default: ${API_KEY_VARIABLE})")
     p.add_argument("--tool-style", help="tool-call format (default: read from the chat template)")
-    p.add_argument("--max-tokens", type=int, default=4096, help="the most tokens one request may generate")
+    p.add_argument("--max-tokens", type=int, default=_LIMITS.max_tokens, help="the most tokens one request may generate")
     p.add_argument("--max-whitespace", type=int, help="the longest whitespace run between JSON tokens (default: the library's, 24)")
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="the largest request body")
-    p.add_argument("--max-grammar-bytes", type=int, default=64 << 10, help="the largest constraint (schema, grammar, tools) in JSON bytes")
-    p.add_argument("--compile-seconds", type=float, default=10.0, help="the compile budget of one constraint")
-    p.add_argument("--max-table-bytes", type=int, default=256 << 20, help="the largest compiled tables of one constraint")
+    p.add_argument("--max-body-bytes", type=int, default=_LIMITS.max_body_bytes, help="the largest request body")
+    p.add_argument(
+        "--max-grammar-bytes",
+        type=int,
+        default=_BUDGET.max_spec_bytes,
+        help="the largest constraint (schema, grammar, tools) in JSON bytes",
+    )
+    p.add_argument("--compile-seconds", type=float, default=_BUDGET.max_seconds, help="the compile budget of one constraint")
+    p.add_argument("--max-table-bytes", type=int, default=_BUDGET.max_table_bytes, help="the largest compiled tables of one constraint")
     p.add_argument("--compile-workers", type=int, default=2, help="processes compiling grammars")
     p.add_argument("--cache-size", type=int, default=256, help="compiled constraints kept")
     p.add_argument("--pool", default="default", choices=("small", "default", "large"), help="grammar pool capacity preset")
@@ -39,8 +48,7 @@ def serve_command(args: argparse.Namespace) -> int:
         import uvicorn
 
         from ananke_jax._src.server.app import create_app
-        from ananke_jax._src.server.compiling import CompileBudget
-        from ananke_jax._src.server.service import Limits, Service, load_model
+        from ananke_jax._src.server.service import Service, load_model
     except ImportError as e:
         raise ImportError(f"the server needs its extra: pip install 'ananke-jax[serve]' ({e})") from None
     start = time.perf_counter()
@@ -48,12 +56,16 @@ def serve_command(args: argparse.Namespace) -> int:
     model = load_model(args.model, args.tool_style)
     if args.served_model_name:
         model.name = args.served_model_name
-    budget = CompileBudget(args.compile_seconds, args.max_table_bytes, args.max_grammar_bytes)
+    budget = dataclasses.replace(
+        _BUDGET, max_seconds=args.compile_seconds, max_table_bytes=args.max_table_bytes, max_spec_bytes=args.max_grammar_bytes
+    )
     service = Service(
         model,
         slots=args.slots,
         max_len=args.max_len,
-        limits=Limits(args.max_tokens, args.max_whitespace, args.max_body_bytes, budget),
+        limits=dataclasses.replace(
+            _LIMITS, max_tokens=args.max_tokens, max_whitespace=args.max_whitespace, max_body_bytes=args.max_body_bytes, compile=budget
+        ),
         compile_workers=args.compile_workers,
         cache_size=args.cache_size,
         pool=args.pool,

@@ -100,7 +100,7 @@ class ChatCompletionRequest(_Body):
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
     repetition_penalty: float = Field(default=1.0, gt=0.0)
     seed: int | None = None
-    stop: str | list[str] | None = None
+    stop: str | list[str] | None = None  # capped by the server's Limits
     n: int = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -110,12 +110,16 @@ class ChatCompletionRequest(_Body):
     parallel_tool_calls: bool = True
     structured_outputs: StructuredOutputs | None = None
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
-    max_reasoning_chars: int | None = Field(default=None, ge=0)
+    max_reasoning_chars: int | None = Field(default=None, ge=0)  # capped by the server's Limits
     logprobs: bool | None = None
     top_logprobs: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
+
+    @property
+    def tool_dicts(self) -> list[dict] | None:
+        return [tool.model_dump(exclude_none=True) for tool in self.tools] if self.tools else None
 
     @property
     def stop_strings(self) -> list[str]:

@@ -16,6 +16,7 @@ from ananke_jax._src.server.specs import RequestError
 from ananke_jax._src.serving.engine import Engine
 
 log = logging.getLogger(__name__)
+Sink = Callable[[Any], None]
 
 
 class Ticket:
@@ -27,49 +28,57 @@ class Ticket:
 class Scheduler:
     def __init__(self, engine: Engine, metrics: Metrics):
         self.engine, self.metrics = engine, metrics
+        self.failure: str | None = None  # why the engine stopped serving, once it has
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._sinks: dict[int, Callable[[Any], None]] = {}
+        self._sinks: dict[int, Sink] = {}
         self._thread = threading.Thread(target=self._run, daemon=True, name="engine")
         self._thread.start()
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self.failure is None and self._thread.is_alive()
 
-    def submit(self, sink: Callable[[Any], None], *args, **kwargs) -> Ticket:
+    def submit(self, sink: Sink, *args, **kwargs) -> Ticket:
         """Queue ``Engine.submit(*args, **kwargs)``; ``sink`` then receives each `Event` of the
-        request, or one `RequestError` if the engine refuses it."""
+        request, or one `RequestError` if it is refused or the engine fails.
+
+        Raises:
+          RequestError: 503 when the engine has stopped serving.
+        """
+        if not self.alive:
+            raise RequestError(503, f"the engine has stopped: {self.failure or 'shut down'}", code="server_error")
         ticket = Ticket()
-        self._commands.put(("submit", ticket, sink, args, kwargs))
+        self._commands.put(lambda: self._submit(ticket, sink, args, kwargs))
         return ticket
 
     def cancel(self, ticket: Ticket) -> None:
-        self._commands.put(("cancel", ticket))
+        self._commands.put(lambda: self._cancel(ticket))
 
     def close(self) -> None:
-        self._commands.put(("close",))
+        self._commands.put(None)
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        while True:
-            commands = [self._commands.get()] if not self.engine.has_work() else []
-            while not self._commands.empty():
-                commands.append(self._commands.get())
-            for command in commands:
-                if command[0] == "close":
-                    return
-                self._obey(command)
-            if self.engine.has_work():
-                self._step()
-            self._refresh()
+        try:
+            while True:
+                commands = [self._commands.get()] if not self.engine.has_work() else []
+                while not self._commands.empty():
+                    commands.append(self._commands.get())
+                for command in commands:
+                    if command is None:
+                        return
+                    command()
+                if self.engine.has_work():
+                    self._step()
+                self._refresh()
+        except Exception as e:  # the engine's state can no longer be trusted: stop serving, end every request
+            log.exception("the engine failed; the server stops serving")
+            self.failure = f"{type(e).__name__}: {e}"
+            for sink in self._sinks.values():
+                sink(RequestError(500, "the engine failed while decoding", code="server_error"))
+            self._sinks.clear()
 
-    def _obey(self, command) -> None:
-        if command[0] == "cancel":
-            ticket = command[1]
-            if ticket.id is not None and self._sinks.pop(ticket.id, None) is not None:
-                self.engine.cancel(ticket.id)
-            return
-        _, ticket, sink, args, kwargs = command
+    def _submit(self, ticket: Ticket, sink: Sink, args, kwargs) -> None:
         try:
             ticket.id = self.engine.submit(*args, **kwargs)
         except ValueError as e:  # the library's errors, the pool's capacity among them
@@ -77,17 +86,12 @@ class Scheduler:
             return
         self._sinks[ticket.id] = sink
 
+    def _cancel(self, ticket: Ticket) -> None:
+        if ticket.id is not None and self._sinks.pop(ticket.id, None) is not None:
+            self.engine.cancel(ticket.id)
+
     def _step(self) -> None:
-        try:
-            events = self.engine.step()
-        except Exception:
-            log.exception("the engine's step failed; its requests are ended")
-            for request_id, sink in self._sinks.items():
-                self.engine.cancel(request_id)
-                sink(RequestError(500, "the engine failed while decoding", code="server_error"))
-            self._sinks.clear()
-            return
-        for event in events:
+        for event in self.engine.step():
             sink = self._sinks.get(event.request_id)
             if sink is not None:
                 sink(event)

@@ -6,13 +6,15 @@ reply, whole or streamed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+import logging
 import os
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import jax
@@ -21,7 +23,8 @@ import ananke_jax as aj
 from ananke_jax import models
 from ananke_jax._src.gguf_file import read_gguf
 from ananke_jax._src.server.chat import ChatTemplate
-from ananke_jax._src.server.compiling import CompileBudget, CompileWorkers, GrammarCache
+from ananke_jax._src.server.compiling import CompileWorkers, GrammarCache, refusal
+from ananke_jax._src.server.limits import Limits
 from ananke_jax._src.server.metrics import Metrics
 from ananke_jax._src.server.openai_types import ChatCompletionRequest
 from ananke_jax._src.server.replies import Detokenizer, Parts, Reply
@@ -31,12 +34,14 @@ from ananke_jax._src.serving.engine import Engine
 from ananke_jax._src.serving.pool import GrammarPool
 from ananke_jax._src.structural.tools import call_marker
 
+log = logging.getLogger(__name__)
+
 
 @dataclasses.dataclass
 class ServedModel:
     """A model as the server runs it: ``name`` (its id in the API), the step function and its
-    parameters, the vocabulary, ``encode`` (prompt text -> ids), the chat template and the
-    tool-call style."""
+    parameters, the vocabulary, ``encode`` (prompt text -> ids), and the chat template (which
+    knows the model's tool-call style)."""
 
     name: str
     step_fn: Callable
@@ -84,18 +89,6 @@ def _tool_style(template: str, smollm2: bool) -> str:
     return "hermes"
 
 
-@dataclasses.dataclass(frozen=True)
-class Limits:
-    """What one request may ask: ``max_tokens`` generated, ``max_body_bytes`` of request body,
-    and the compile budget of its constraint; and ``max_whitespace``, the longest whitespace run
-    between JSON tokens (None: the library's default)."""
-
-    max_tokens: int = 4096
-    max_whitespace: int | None = None
-    max_body_bytes: int = 1 << 20
-    compile: CompileBudget = dataclasses.field(default_factory=CompileBudget)
-
-
 class Service:
     """The model in an `Engine` of ``slots`` rows of ``max_len`` positions, ``compile_workers``
     processes compiling grammars behind a cache of ``cache_size`` constraints, and the metrics.
@@ -122,7 +115,7 @@ class Service:
         self.cache = GrammarCache(workers, cache_size)
         self.metrics.cache = self.cache
         self.scheduler = Scheduler(self.engine, self.metrics)
-        self.created = int(time.time())
+        self.started = int(time.time())
 
     def close(self) -> None:
         self.scheduler.close()
@@ -132,24 +125,28 @@ class Service:
     def prompt_limit(self) -> int:
         return min(self.engine.buckets[-1], self.engine.max_len - 1)
 
-    async def chat(self, body: ChatCompletionRequest) -> dict | AsyncIterator[bytes]:
-        """The reply to ``body``: a ``chat.completion`` dict, or with ``stream`` the server-sent
-        events of its chunks.
+    async def start(self, body: ChatCompletionRequest) -> _Completion:
+        """Take ``body`` and wait for its first token; then the `_Completion` gives the reply,
+        whole or streamed.
 
         Raises:
           RequestError: the request is refused (with its HTTP status), before any token.
         """
         arrival = time.perf_counter()
+        completion = None
         try:
-            completion = await self._start(body)
+            completion = await self._submit(body)
             await completion.first_event()
-        except RequestError as e:
-            self.metrics.errors.labels(str(e.status)).inc()
+        except BaseException as e:
+            if completion is not None:
+                completion.cancel()
+            if isinstance(e, RequestError):
+                self.metrics.errors.labels(str(e.status)).inc()
             raise
         self.metrics.time_to_first_token.observe(time.perf_counter() - arrival)
-        return completion.stream() if body.stream else await completion.whole()
+        return completion
 
-    async def _start(self, body: ChatCompletionRequest) -> _Completion:
+    async def _submit(self, body: ChatCompletionRequest) -> _Completion:
         if body.model != self.model.name:
             raise RequestError(
                 404,
@@ -157,11 +154,9 @@ class Service:
                 param="model",
                 code="model_not_found",
             )
-        if (why := body.unsupported()) is not None:
-            raise RequestError(400, f"unsupported: {why}", param=why.split(":")[0])
+        self._check(body)
         param, spec = request_spec(body, self.model.template.tool_style, self.limits.max_whitespace)
-        tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
-        prompt = self.model.encode(self.model.template.render(body.messages, tools, reasoning=spec.reasoning_chars is not None))
+        prompt = self.model.encode(self.model.template.render(body.messages, body.tool_dicts, reasoning=spec.reasoning_chars is not None))
         max_new = self._max_new_tokens(len(prompt), body.max_completion_tokens or body.max_tokens)
         try:
             sampling = aj.SamplingParams(body.temperature, body.top_k, body.top_p, body.min_p, body.repetition_penalty)
@@ -170,13 +165,24 @@ class Service:
         try:
             constraint = await self._constraint(spec)
         except RequestError as e:
-            e.param = e.param or param
-            raise
-        completion = _Completion(self, body, spec, tools, len(prompt))
+            raise RequestError(e.status, e.message, param=e.param or param, code=e.code) from None
+        completion = _Completion(self, body, spec, len(prompt))
         seed = body.seed if body.seed is not None else secrets.randbits(31)
         completion.ticket = self.scheduler.submit(completion.sink, prompt, constraint, max_new, sampling, seed % (1 << 31))
         self.metrics.prompt_tokens.inc(len(prompt))
         return completion
+
+    def _check(self, body: ChatCompletionRequest) -> None:
+        """Refuse fields the server cannot honour, or that ask more than its limits."""
+        if (why := body.unsupported()) is not None:
+            raise RequestError(400, f"unsupported: {why}", param=why.split(":")[0])
+        stops, limits = body.stop_strings, self.limits
+        if len(stops) > limits.max_stops or any(len(stop) > limits.max_stop_chars for stop in stops):
+            raise RequestError(400, f"stop: at most {limits.max_stops} strings of at most {limits.max_stop_chars} characters", param="stop")
+        if (body.max_reasoning_chars or 0) > limits.max_reasoning_chars:
+            raise RequestError(
+                400, f"max_reasoning_chars is over this server's limit of {limits.max_reasoning_chars}", param="max_reasoning_chars"
+            )
 
     def _max_new_tokens(self, prompt: int, asked: int | None) -> int:
         if prompt > self.prompt_limit:
@@ -197,21 +203,16 @@ class Service:
         return asked
 
     async def _constraint(self, spec: Spec):
-        if spec.kind == "text" and spec.reasoning_chars is None:
+        if spec.free:
             return None
         future = self.cache.get(spec)
-        if future.done():
-            return future.result()
         self.metrics.compiling += 1
         try:
-            return await asyncio.wrap_future(future)
+            return await asyncio.shield(asyncio.wrap_future(future))  # the compile is shared: a request that leaves leaves it be
+        except RequestError as e:
+            raise refusal(e) from None
         finally:
             self.metrics.compiling -= 1
-
-
-def _chunk(completion: _Completion, delta: dict, finish_reason: str | None = None) -> bytes:
-    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-    return _event({**completion.header("chat.completion.chunk"), "choices": [choice]})
 
 
 def _event(payload) -> bytes:
@@ -221,20 +222,34 @@ def _event(payload) -> bytes:
 class _Completion:
     """One request's reply as its events arrive (through ``sink``, from the engine's thread)."""
 
-    def __init__(self, service: Service, body: ChatCompletionRequest, spec: Spec, tools, prompt_tokens: int):
-        self.service, self.body, self.tools, self.prompt_tokens = service, body, tools, prompt_tokens
-        self.id, self.ticket, self.finish_reason, self.tokens = f"chatcmpl-{uuid.uuid4().hex}", None, None, 0
+    def __init__(self, service: Service, body: ChatCompletionRequest, spec: Spec, prompt_tokens: int):
+        self.service, self.body, self.tools, self.prompt_tokens = (
+            service,
+            body,
+            spec.payload["tools"] if spec.kind == "tools" else None,
+            prompt_tokens,
+        )
+        self.id, self.created, self.ticket = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), None
+        self.finish_reason, self.tokens = None, 0
         self.style = service.model.template.tool_style
-        marker = call_marker(self.style) if spec.kind == "tools" else None
-        self.reply = Reply(body.stop_strings, spec.reasoning_chars is not None, marker)
+        self.reply = Reply(body.stop_strings, spec.reasoning_chars is not None, call_marker(self.style) if self.tools else None)
         self.detokenizer = Detokenizer(service.model.vocab)
         self._events: asyncio.Queue = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-        self.sink = lambda item: loop.call_soon_threadsafe(self._events.put_nowait, item)
+        self._loop = asyncio.get_running_loop()
         self._first = None
 
+    def sink(self, item) -> None:
+        """Called from the engine's thread with each event (or a `RequestError`)."""
+        with contextlib.suppress(RuntimeError):  # the event loop has closed: nobody waits any more
+            self._loop.call_soon_threadsafe(self._events.put_nowait, item)
+
+    def cancel(self) -> None:
+        """End the request in the engine, unless it has finished."""
+        if self.ticket is not None and self.finish_reason is None:
+            self.service.scheduler.cancel(self.ticket)
+
     def header(self, kind: str) -> dict:
-        return {"id": self.id, "object": kind, "created": self.service.created, "model": self.service.model.name}
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.service.model.name}
 
     async def first_event(self) -> None:
         """Wait for the first token (the request then runs); raises a refusal from the engine."""
@@ -248,16 +263,17 @@ class _Completion:
 
     async def _parts(self) -> AsyncIterator[Parts]:
         """The reply's parts after each event, the last ones final."""
-        event = self._first
+        event, metrics = self._first, self.service.metrics
         while True:
             self.tokens += len(event.tokens)
-            self.service.metrics.generation_tokens.inc(len(event.tokens))
+            metrics.generation_tokens.inc(len(event.tokens))
             parts = self.reply.split(self.detokenizer.add(event.tokens, final=event.finished), final=event.finished)
             if parts.stopped or event.finished:
-                if not event.finished:
-                    self.service.scheduler.cancel(self.ticket)
+                self.cancel()  # a stop string ended a request still running
                 self.finish_reason = "length" if event.finish_reason == "length" and not parts.stopped else "stop"
-                self.service.metrics.requests.labels(event.finish_reason or "stop").inc()
+                metrics.requests.labels(event.finish_reason or "stop").inc()
+                if event.finish_reason == "constraint_error":
+                    log.warning("request %s: no token continues its constraint; ended as 'stop'", self.id)
                 yield parts
                 return
             yield parts
@@ -281,8 +297,19 @@ class _Completion:
     def _usage(self) -> dict:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.tokens, "total_tokens": self.prompt_tokens + self.tokens}
 
-    async def whole(self) -> dict:
-        parts = [p async for p in self._parts()][-1]
+    def _chunk(self, delta: dict, finish_reason: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return _event({**self.header("chat.completion.chunk"), "choices": [choice]})
+
+    async def whole(self, disconnected: Callable[[], Awaitable[bool]]) -> dict:
+        """The ``chat.completion``; the request ends early if ``disconnected()`` turns true."""
+        try:
+            async for latest in self._parts():
+                parts = latest
+                if await disconnected():
+                    break
+        finally:
+            self.cancel()
         content, calls = self._calls(parts)
         message: dict[str, Any] = {"role": "assistant", "content": content if content.strip() or not calls else None}
         if calls:
@@ -293,9 +320,11 @@ class _Completion:
         return {**self.header("chat.completion"), "choices": [choice], "usage": self._usage()}
 
     async def stream(self) -> AsyncIterator[bytes]:
+        """The server-sent events of the reply's chunks; an error after the first ends the stream
+        with an error event."""
         sent = {"reasoning_content": 0, "content": 0}
         try:
-            yield _chunk(self, {"role": "assistant", "content": ""})
+            yield self._chunk({"role": "assistant", "content": ""})
             async for parts in self._parts():
                 final = self.finish_reason is not None
                 content, calls = self._calls(parts) if final else (parts.content, [])
@@ -306,11 +335,13 @@ class _Completion:
                 if calls:
                     delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
                 if delta:
-                    yield _chunk(self, delta)
-            yield _chunk(self, {}, self.finish_reason)
+                    yield self._chunk(delta)
+            yield self._chunk({}, self.finish_reason)
             if self.body.stream_options is not None and self.body.stream_options.include_usage:
                 yield _event({**self.header("chat.completion.chunk"), "choices": [], "usage": self._usage()})
             yield b"data: [DONE]\n\n"
+        except RequestError as e:
+            yield _event({"error": {"message": e.message, "type": "server_error", "param": None, "code": e.code}})
+            yield b"data: [DONE]\n\n"
         finally:
-            if self.finish_reason is None:  # the client went away
-                self.service.scheduler.cancel(self.ticket)
+            self.cancel()  # the client went away, or the engine failed

@@ -65,6 +65,11 @@ class Spec:
         return len(json.dumps(self.payload))
 
     @property
+    def free(self) -> bool:
+        """Whether nothing constrains the reply (no compile needed)."""
+        return self.kind == "text" and self.reasoning_chars is None
+
+    @property
     def json_options(self) -> dict:
         """Options of the library's compilers for the JSON this spec holds."""
         return {"strict": self.strict} | ({} if self.max_whitespace is None else {"max_whitespace": self.max_whitespace})
@@ -74,44 +79,49 @@ def _grammar(text: str, vocab, _spec):
     return aj.compile_gbnf(text, vocab) if "::=" in text else aj.compile_lark(text, vocab)
 
 
-def _tools(payload, vocab, spec: Spec, reasoning=None):
+def _format(direct, after_block):
+    """A kind's compiler from its direct compile and the structural-tag format of its payload,
+    which goes after a reasoning block when the spec has one."""
+
+    def compile_kind(payload, vocab, spec: Spec, block: dict | None):
+        if block is None:
+            return direct(payload, vocab, spec)
+        return aj.compile_structural_tag(aj.reasoning_structural_tag(after_block(payload), **block), vocab, **spec.json_options)
+
+    return compile_kind
+
+
+def _tools(payload, vocab, spec: Spec, block: dict | None):
     return aj.tools_constraint(
-        payload["tools"], vocab, payload["tool_choice"], style=spec.style, parallel_tool_calls=spec.parallel, reasoning=reasoning,
+        payload["tools"], vocab, payload["tool_choice"], style=spec.style, parallel_tool_calls=spec.parallel, reasoning=block,
         **spec.json_options,
     )  # fmt: skip
 
 
-# kind: (compile without a reasoning block, the structural-tag format that goes after one)
+# kind: compile(payload, vocab, spec, reasoning block options or None)
 KINDS = {
-    "json_schema": (
+    "json_schema": _format(
         lambda schema, vocab, spec: aj.compile_json_schema(schema, vocab, **spec.json_options),
-        lambda schema, spec: {"type": "json_schema", "json_schema": schema},
+        lambda schema: {"type": "json_schema", "json_schema": schema},
     ),
-    "regex": (lambda pattern, vocab, _: aj.compile_regex(pattern, vocab), lambda pattern, _: {"type": "regex", "pattern": pattern}),
-    "choice": (
+    "regex": _format(lambda pattern, vocab, _: aj.compile_regex(pattern, vocab), lambda pattern: {"type": "regex", "pattern": pattern}),
+    "choice": _format(
         lambda choices, vocab, _: aj.compile_choices(choices, vocab),
-        lambda choices, _: {"type": "or", "elements": [{"type": "const_string", "value": c} for c in choices]},
+        lambda choices: {"type": "or", "elements": [{"type": "const_string", "value": c} for c in choices]},
     ),
-    "grammar": (_grammar, lambda text, _: {"type": "grammar", "grammar": text}),
-    "structural_tag": (
-        lambda tag, vocab, spec: aj.compile_structural_tag(tag, vocab, **spec.json_options),
-        lambda tag, _: root_format(tag)[1],
+    "grammar": _format(_grammar, lambda text: {"type": "grammar", "grammar": text}),
+    "structural_tag": _format(
+        lambda tag, vocab, spec: aj.compile_structural_tag(tag, vocab, **spec.json_options), lambda tag: root_format(tag)[1]
     ),
-    "tools": (_tools, None),
-    "text": (None, lambda _, __: None),
+    "tools": _tools,
+    "text": _format(lambda *_: None, lambda _: None),
 }
 
 
 def compile_spec(spec: Spec, vocab):
     """The compiled constraint of ``spec`` (None: free text). Raises the library's errors."""
-    direct, after_block = KINDS[spec.kind]
-    if spec.reasoning_chars is None:
-        return None if direct is None else direct(spec.payload, vocab, spec)
-    block = {"max_chars": spec.reasoning_chars, "begin": THINK[0], "end": THINK[1]}
-    if spec.kind == "tools":
-        return _tools(spec.payload, vocab, spec, reasoning=block)
-    tag = aj.reasoning_structural_tag(after_block(spec.payload, spec), **block)
-    return aj.compile_structural_tag(tag, vocab, **spec.json_options)
+    block = None if spec.reasoning_chars is None else {"max_chars": spec.reasoning_chars, "begin": THINK[0], "end": THINK[1]}
+    return KINDS[spec.kind](spec.payload, vocab, spec, block)
 
 
 def request_spec(request: ChatCompletionRequest, tool_style: str, max_whitespace: int | None = None) -> tuple[str | None, Spec]:
