@@ -15,7 +15,8 @@ The script starts the server (or uses ``--url``), then runs, on the same server:
 3. **Together against one at a time.** 12 requests with schemas the server has not seen (each a
    variant of a corpus schema), sent at once, then 12 more sent one after the other.
 4. ``/metrics``: XLA compilations after warm-up (the design says none) and the grammar compile
-   times of the worker processes.
+   times of the worker processes; and the time to first token of a new schema on an idle server
+   (the requests of 3 sent one at a time).
 
 Beside it, the cost for XGrammar and llguidance to take each of the same schemas cold (compile
 and first token bitmask), as bench/stream.py measures it, where they are installed.
@@ -32,6 +33,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
@@ -117,7 +119,8 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     command = [sys.executable, "-m", "ananke_jax", "serve", "--port", str(port), "--slots", str(args.slots), "--max-len", str(args.max_len)]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    log = tempfile.TemporaryFile("w+")  # the server's log, read back if it fails to start
+    process = subprocess.Popen([*command, "--log-level", "warning"], stdout=log, stderr=log, text=True)
     started = time.perf_counter()
     url = f"http://127.0.0.1:{port}"
     while process.poll() is None:
@@ -127,7 +130,8 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
                 return process, url
         except httpx.TransportError:
             time.sleep(1)
-    raise RuntimeError(f"the server did not start: {process.stderr.read()[-2000:]}")
+    log.seek(0)
+    raise RuntimeError(f"the server did not start: {log.read()[-2000:]}")
 
 
 async def run(args, url: str) -> dict:
@@ -143,8 +147,11 @@ async def run(args, url: str) -> dict:
         for i, (_, schema, prompt) in enumerate(corpus[:12])
     ]
     _, together = await load(client, fresh[:12], 12)
-    _, alone = await load(client, fresh[12:], 1)
-    return {"constrained": (constrained, seconds), "free": (free, free_seconds), "together": together, "alone": alone, "jobs": jobs}
+    one_by_one, alone = await load(client, fresh[12:], 1)
+    return {
+        "constrained": (constrained, seconds), "free": (free, free_seconds), "together": together, "alone": alone, "jobs": jobs,
+        "idle ttft": [r["ttft"] * 1e3 for r in one_by_one if r["ttft"] is not None],
+    }  # fmt: skip
 
 
 def main():
@@ -190,6 +197,8 @@ def main():
     concurrency.add("together", out["together"], ratio(out["together"], out["alone"]))
     concurrency.add("one at a time", out["alone"], 1.0)
     checks = Table("the server's own figures (/metrics) and validity", {"what": "s", "value": "s"})
+    idle = out["idle ttft"]
+    checks.add("a new schema on an idle server: time to first token, p50 / max", f"{percentile(idle, 50):.0f} / {max(idle):.0f} ms")
     checks.add("XLA compilations after warm-up", f"{after['ananke_xla_compilations_total']:.0f}")
     checks.add("grammar compiles in the workers (mean ms)", f"{compiles:.0f} ({compile_ms:.0f} ms)")
     checks.add("constrained replies that ended, valid (jsonschema)", f"{valid_count}/{len(ended)} (of {len(constrained)})")
