@@ -16,7 +16,7 @@ The script starts the server (or uses ``--url``), then runs, on the same server:
    variant of a corpus schema), sent at once, then 12 more sent one after the other.
 4. ``/metrics``: XLA compilations after warm-up (the design says none) and the grammar compile
    times of the worker processes; and the time to first token of a new schema on an idle server
-   (the requests of 3 sent one at a time).
+   (those of the third part sent one at a time).
 
 Beside it, the cost for XGrammar and llguidance to take each of the same schemas cold (compile
 and first token bitmask), as bench/stream.py measures it, where they are installed.
@@ -119,7 +119,7 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     command = [sys.executable, "-m", "ananke_jax", "serve", "--port", str(port), "--slots", str(args.slots), "--max-len", str(args.max_len)]
-    log = tempfile.TemporaryFile("w+")  # the server's log, read back if it fails to start
+    log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (open while the server runs) the server's log, read back if it fails to start
     process = subprocess.Popen([*command, "--log-level", "warning"], stdout=log, stderr=log, text=True)
     started = time.perf_counter()
     url = f"http://127.0.0.1:{port}"
