@@ -10,6 +10,7 @@ import sys
 import time
 
 import httpx
+import jax
 import pytest
 
 README = pathlib.Path(__file__).parents[1] / "README.md"
@@ -72,6 +73,7 @@ def server():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     command = [sys.executable, "-m", "ananke_jax", "serve", "--port", str(port), "--slots", "2", "--max-len", "128"]
+    command += ["--compilation-cache", jax.config.jax_compilation_cache_dir]  # the suite's (tests/conftest.py)
     env = {**os.environ, "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:

@@ -39,6 +39,10 @@ def add_serve_command(commands) -> None:
     p.add_argument("--cache-size", type=int, default=256, help="compiled constraints kept")
     p.add_argument("--pool", default="default", choices=("small", "default", "large"), help="grammar pool capacity preset")
     p.add_argument("--steps-per-call", type=int, default=1, help="decode steps per device call")
+    p.add_argument(
+        "--compilation-cache", default=os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "ananke-jax", "xla"),
+        help="directory where XLA keeps the engine's compiled programs across restarts ('' for none)",
+    )  # fmt: skip
     p.add_argument("--log-level", default="info")
     p.set_defaults(run=serve_command)
 
@@ -51,6 +55,11 @@ def serve_command(args: argparse.Namespace) -> int:
         from ananke_jax._src.server.service import Service, load_model
     except ImportError as e:
         raise ImportError(f"the server needs its extra: pip install 'ananke-jax[serve]' ({e})") from None
+    if args.compilation_cache:
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     start = time.perf_counter()
     print(f"loading {args.model} and warming up {args.slots} slots of {args.max_len} positions ...", file=sys.stderr, flush=True)
     model = load_model(args.model, args.tool_style)
