@@ -1,17 +1,13 @@
 """The README's quick-start snippets run as they are, and their outputs are checked."""
 
 import json
-import os
 import pathlib
 import re
-import socket
 import subprocess
-import sys
-import time
 
-import httpx
-import jax
 import pytest
+
+from servers import serve
 
 README = pathlib.Path(__file__).parents[1] / "README.md"
 SNIPPETS = re.findall(r"^```python\n(.*?)^```", README.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
@@ -67,29 +63,9 @@ def test_the_tool_call_reply_is_accepted_and_parsed_back():
 
 @pytest.fixture(scope="module")
 def server():
-    """``ananke-jax serve`` as the README starts it, on a free port, with fewer and shorter slots
-    and XLA's cheaper compile (the suite's setting) to warm up sooner."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    command = [sys.executable, "-m", "ananke_jax", "serve", "--port", str(port), "--slots", "2", "--max-len", "128"]
-    command += ["--compilation-cache", jax.config.jax_compilation_cache_dir]  # the suite's (tests/conftest.py)
-    env = {**os.environ, "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    try:
-        deadline = time.monotonic() + 600
-        while process.poll() is None and time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(1)
-        else:
-            pytest.fail(f"the server did not start: {process.stdout.read()[-3000:]}" if process.poll() is not None else "no answer")
-        yield f"127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
+    """``ananke-jax serve`` as the README starts it, with fewer and shorter slots to warm up sooner."""
+    with serve("--slots", "2", "--max-len", "128") as (_, url):
+        yield url.removeprefix("http://")
 
 
 @pytest.mark.slow

@@ -14,19 +14,17 @@ import os
 import pathlib
 import re
 import signal
-import socket
-import subprocess
-import sys
 import time
 
 import httpx
-import jax
 import jsonschema
 import lark
 import openai
 import pydantic
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from servers import serve
 
 pytestmark = pytest.mark.slow
 KEY = "test-key"
@@ -64,42 +62,11 @@ def _schema(i: int) -> dict:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server_process(smollm2_gguf):
-    port = _free_port()
-    command = [sys.executable, "-m", "ananke_jax", "serve", "--model", "tiny", "--port", str(port), "--slots", "4", "--max-len", "384"]
-    command += ["--api-key", KEY, "--compile-seconds", "4", "--max-grammar-bytes", "20000", "--max-body-bytes", "100000"]
-    command += ["--compilation-cache", jax.config.jax_compilation_cache_dir]  # the suite's (tests/conftest.py)
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "JAX_PLATFORMS": "cpu", "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(1)
-    else:
-        process.kill()
-        pytest.fail(f"the server did not start: {process.stdout.read()[-3000:]}")
-    yield process, url
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    options = ["--model", "tiny", "--slots", "4", "--max-len", "384", "--api-key", KEY, "--compile-seconds", "4"]
+    with serve(*options, "--max-grammar-bytes", "20000", "--max-body-bytes", "100000") as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
