@@ -110,6 +110,17 @@ def test_json_schema_replies_validate(client, i):
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens > reply.usage.prompt_tokens
 
 
+def test_strict_refuses_what_it_cannot_honour_and_non_strict_drops_it(client):
+    """An unknown ``format``: 400 naming its pointer under ``strict``; without it, ignored and the
+    rest of the schema kept."""
+    schema = {"type": "object", "properties": {"card": {"type": "string", "format": "credit-card", "maxLength": 6}}, "required": ["card"]}
+    fmt = lambda strict: {"type": "json_schema", "json_schema": {"name": "card", "schema": schema, "strict": strict}}
+    with pytest.raises(openai.BadRequestError, match="#/properties/card"):
+        _chat(client, response_format=fmt(True))
+    reply = _chat(client, response_format=fmt(False), extra_body={"structured_outputs": COMPACT})
+    jsonschema.validate(json.loads(_finished(reply)), schema)  # the format is not asserted by jsonschema either
+
+
 def test_json_object_is_a_json_object(client):
     reply = _chat(client, response_format={"type": "json_object"}, max_tokens=160)
     assert isinstance(json.loads(_finished(reply)), dict)
