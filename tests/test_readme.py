@@ -11,7 +11,7 @@ from servers import serve
 
 README = pathlib.Path(__file__).parents[1] / "README.md"
 SNIPPETS = re.findall(r"^```python\n(.*?)^```", README.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
-[SERVER] = re.findall(r"^```bash\n(ananke-jax serve.*?)^```", README.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
+[SERVER] = re.findall(r"^```bash\n(pip install \".\[serve\]\" && ananke-jax serve.*?)^```", README.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -26,7 +26,7 @@ def _run(snippet: str) -> dict:
 
 
 def test_the_readme_has_the_quick_starts():
-    assert len(SNIPPETS) == 5 and SERVER.startswith("ananke-jax serve &")
+    assert len(SNIPPETS) == 5 and SERVER.startswith('pip install ".[serve]" && ananke-jax serve &')
 
 
 def test_the_jitted_loop_writes_a_prefix_of_the_schema():
