@@ -166,6 +166,30 @@ def test_bad_requests_are_refused_and_others_go_on(engine):
     assert re.fullmatch("[0-9]{4}", VOCAB.decode(out[good]))
 
 
+def test_cancelled_requests_free_their_slot_and_pool_space_and_others_go_on(engine):
+    """One request cancelled while queued, one while running: no event comes for either after,
+    their grammars leave the pool, and the request beside them equals its run alone."""
+    rng = np.random.default_rng(4)
+    greedy = {"max_new_tokens": 20, "sampling": aj.SamplingParams(temperature=0.0)}
+    kept = (_prompt(rng), aj.compile_regex(r"[a-z]{4,12}( [0-9]{2}){1,3}", VOCAB))
+    [alone] = _run(engine, [(kept, greedy)])
+    before = engine.compilations
+    long_runs = [engine.submit(_prompt(rng), aj.compile_regex("[a-z ]{40,60}", VOCAB), max_new_tokens=40, seed=i) for i in range(3)]
+    kept_id = engine.submit(*kept, **greedy)
+    queued = engine.submit(_prompt(rng), aj.compile_regex("[0-9]{30}", VOCAB), max_new_tokens=30)  # the fifth of four slots
+    assert engine.cancel(queued) and engine.waiting == 4
+    admitted = engine.step()  # the four others take the slots, each with its first token
+    assert engine.running == 4 and engine.cancel(long_runs[0]) and engine.running == 3
+    assert not engine.cancel(long_runs[0])  # already gone
+    later = []
+    while engine.has_work():
+        later += engine.step()
+    assert long_runs[0] not in {e.request_id for e in later} and queued not in {e.request_id for e in admitted + later}
+    kept_events = [e for e in admitted + later if e.request_id == kept_id]
+    assert ([t for e in kept_events for t in e.tokens], kept_events[-1].finish_reason) == alone
+    assert len(engine.pool) == 0 and engine.compilations == before
+
+
 def test_a_dead_end_ends_the_request_with_constraint_error(engine):
     # The vocabulary has no token for "~" after "ab": the token DFA reaches a state with an
     # empty mask (a dead end at the token level), and the request ends there.
