@@ -11,7 +11,9 @@ from servers import serve
 
 README = pathlib.Path(__file__).parents[1] / "README.md"
 SNIPPETS = re.findall(r"^```python\n(.*?)^```", README.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
-[SERVER] = re.findall(r"^```bash\n(pip install \".\[serve\]\" && ananke-jax serve.*?)^```", README.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
+[SERVER] = re.findall(
+    r"^```bash\n(pip install \".\[serve\]\" && ananke-jax serve.*?)^```", README.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
