@@ -108,6 +108,12 @@ def cell(value, spec: str) -> str:
     return value if isinstance(value, str) else format(value, spec)
 
 
+def percentile(values, q):
+    """The ``q``-th percentile of ``values``, Nones left out (None when there are none)."""
+    values = [v for v in values if v is not None]
+    return float(np.percentile(values, q)) if values else None
+
+
 def ratio(a, b):
     """``a / b``, or None when either is missing."""
     return a / b if a is not None and b else None

@@ -38,12 +38,11 @@ import time
 
 import httpx
 import jsonschema
-import numpy as np
 import openai
 import stream
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import Table, headline, parse, parser, ratio, ratio_figure, record
+from harness import Table, headline, parse, parser, percentile, ratio, ratio_figure, record
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -56,10 +55,6 @@ def schemas() -> list[tuple[str, dict, str]]:
 def variant(schema: dict, tag: str) -> dict:
     """A schema the server has not seen: ``schema``'s values, or the string ``"variant <tag>"``."""
     return {"anyOf": [schema, {"const": f"variant {tag}"}]}
-
-
-def percentile(values, q):
-    return float(np.percentile(values, q)) if values else None
 
 
 async def one_request(client, prompt: str, schema: dict | None, max_tokens: int, seed: int) -> dict:

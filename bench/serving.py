@@ -49,16 +49,10 @@ import ananke_jax as aj
 from ananke_jax import models
 from ananke_jax.serving import CompileCounter, Engine, PoolCapacityError
 
-from harness import Table, headline, interleaved_medians, llguidance_tokenizer, parse, parser, ratio, ratio_figure, record
+from harness import Table, headline, interleaved_medians, llguidance_tokenizer, parse, parser, percentile, ratio, ratio_figure, record
 
 REASONS = [r for r in aj.FINISH_REASONS if r != "running"]
 COMPLETE = ("grammar_complete", "eos")  # outputs that ended, not cut at the token budget
-
-
-def pct(values, q):
-    """The ``q``-th percentile of ``values`` (None when there are none)."""
-    values = [v for v in values if v is not None]
-    return float(np.percentile(values, q)) if values else None
 
 
 def ms(value):
@@ -172,10 +166,10 @@ def summary(run: dict) -> dict:
         "busy tokens/s": tokens / busy if busy else None,
         "tokens per step": tokens / len(steps) if steps else None,
         "decode step": statistics.median(decode) if decode else None,
-        "ttft": (pct(ttft, 50), pct(ttft, 99)),
-        "compile": (pct([r["compile"] for r in reqs], 50), pct([r["compile"] for r in reqs], 99)),
-        "less compile": (pct(less, 50), pct(less, 99)),
-        "free slot": (pct(admitted, 50), pct(admitted, 99), len(admitted)),
+        "ttft": (percentile(ttft, 50), percentile(ttft, 99)),
+        "compile": (percentile([r["compile"] for r in reqs], 50), percentile([r["compile"] for r in reqs], 99)),
+        "less compile": (percentile(less, 50), percentile(less, 99)),
+        "free slot": (percentile(admitted, 50), percentile(admitted, 99), len(admitted)),
         "reasons": collections.Counter(r["reason"] for r in reqs),
     }
 
@@ -401,13 +395,19 @@ def first_mask_table(engine: Engine, once, vocab, encode) -> tuple[Table, list[s
         "the first token bitmask.",
     )
     table.add(
-        "ananke_jax compile alone", f"{len(compile_s)}/{len(once)}", ms(pct(compile_s, 50)), ms(pct(compile_s, 99)), ms(max(compile_s))
+        "ananke_jax compile alone",
+        f"{len(compile_s)}/{len(once)}",
+        ms(percentile(compile_s, 50)),
+        ms(percentile(compile_s, 99)),
+        ms(max(compile_s)),
     )
     p50 = {}
     for engine_name, ts in times.items():
         taken = [t for t in ts if t is not None]
-        table.add(engine_name, f"{len(taken)}/{len(ts)}", ms(pct(taken, 50)), ms(pct(taken, 99)), ms(max(taken, default=None)))
-        p50[engine_name] = pct(taken, 50)
+        table.add(
+            engine_name, f"{len(taken)}/{len(ts)}", ms(percentile(taken, 50)), ms(percentile(taken, 99)), ms(max(taken, default=None))
+        )
+        p50[engine_name] = percentile(taken, 50)
     return table, failures, p50
 
 
@@ -533,7 +533,7 @@ def main():
         if req.name not in seen:
             seen.add(req.name)
             cold.append(r["compile"])
-    latency.add("cold compiles only", None, None, ms(pct(cold, 50)), ms(pct(cold, 99)), None, None)
+    latency.add("cold compiles only", None, None, ms(percentile(cold, 50)), ms(percentile(cold, 99)), None, None)
     admission = Table(
         "a request that finds a free slot: submission to first token (ms)",
         {"run": "s", "requests": "d", "p50": ".1f", "p99": ".1f"},

@@ -10,6 +10,12 @@ from ananke_jax._src.frontends.lark_frontend import lark_to_ir
 from ananke_jax._src.vocab import Vocabulary
 
 
+def grammar_to_ir(text: str):
+    """The IR of a grammar given as text: GBNF when it has a ``::=`` rule, Lark otherwise (how
+    structural tags and servers tell the two apart)."""
+    return gbnf_to_ir(text) if "::=" in text else lark_to_ir(text)
+
+
 def compile_lark(text: str, vocab: Vocabulary, *, start: str = "start", **options) -> PushdownGrammar:
     """Compile a Lark grammar (read by lark's own loader; the language is the context-free
     language of its rules, without lexer priorities). Options as in `compile_grammar`."""

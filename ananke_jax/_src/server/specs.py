@@ -24,8 +24,8 @@ import json
 from typing import Any
 
 import ananke_jax as aj
+from ananke_jax._src.frontends.api import grammar_to_ir
 from ananke_jax._src.server.openai_types import ChatCompletionRequest
-from ananke_jax._src.structural.formats import root_format
 
 REASONING_CHARS = {"minimal": 0, "low": 512, "medium": 2048, "high": 8192}
 THINK = ("<think>", "</think>")
@@ -76,7 +76,7 @@ class Spec:
 
 
 def _grammar(text: str, vocab, _spec):
-    return aj.compile_gbnf(text, vocab) if "::=" in text else aj.compile_lark(text, vocab)
+    return aj.compile_grammar(grammar_to_ir(text), vocab)
 
 
 def _format(direct, after_block):
@@ -110,9 +110,7 @@ KINDS = {
         lambda choices: {"type": "or", "elements": [{"type": "const_string", "value": c} for c in choices]},
     ),
     "grammar": _format(_grammar, lambda text: {"type": "grammar", "grammar": text}),
-    "structural_tag": _format(
-        lambda tag, vocab, spec: aj.compile_structural_tag(tag, vocab, **spec.json_options), lambda tag: root_format(tag)[1]
-    ),
+    "structural_tag": _format(lambda tag, vocab, spec: aj.compile_structural_tag(tag, vocab, **spec.json_options), lambda tag: tag),
     "tools": _tools,
     "text": _format(lambda *_: None, lambda _: None),
 }
@@ -166,11 +164,9 @@ def _constraints(request: ChatCompletionRequest, tool_style: str) -> list[tuple[
     if choice != "none":
         if not request.tools:
             raise RequestError(400, f"tool_choice {_choice_name(choice)!r} needs tools", param="tool_choice")
-        tools = [tool.model_dump(exclude_none=True) for tool in request.tools]
         choice = choice if isinstance(choice, str) else choice.model_dump()
-        found.append(
-            ("tools", Spec("tools", {"tools": tools, "tool_choice": choice}, style=tool_style, parallel=request.parallel_tool_calls))
-        )
+        payload = {"tools": request.tool_dicts, "tool_choice": choice}
+        found.append(("tools", Spec("tools", payload, style=tool_style, parallel=request.parallel_tool_calls)))
     return found
 
 

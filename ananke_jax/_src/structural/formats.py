@@ -39,8 +39,7 @@ from collections.abc import Callable, Sequence
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.regex import choices_to_dfa, parse_regex, regex_to_dfa
 from ananke_jax._src.errors import GrammarError, SchemaError
-from ananke_jax._src.frontends.gbnf import gbnf_to_ir
-from ananke_jax._src.frontends.lark_frontend import lark_to_ir
+from ananke_jax._src.frontends.api import grammar_to_ir
 from ananke_jax._src.ir import Grammar
 from ananke_jax._src.json_schema.api import json_schema_rules
 from ananke_jax._src.json_schema.gaps import MAX_WHITESPACE_RUN
@@ -156,7 +155,7 @@ class StructuralCompiler:
 
     def grammar(self, f, pointer, ends) -> rx.Node:
         text = _string(f, "grammar", pointer)
-        ir = _located(lambda: gbnf_to_ir(text) if "::=" in text else lark_to_ir(text), f"{pointer}/grammar")
+        ir = _located(lambda: grammar_to_ir(text), f"{pointer}/grammar")
         return self._adopt(*_grammar_bodies(ir))
 
     def sequence(self, f, pointer, ends) -> rx.Node:
