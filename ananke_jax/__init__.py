@@ -16,6 +16,7 @@ import warnings as _warnings
 from ananke_jax import fusion as fusion
 from ananke_jax._src.bank import pad_grammar as pad_grammar
 from ananke_jax._src.bank import stack_grammars as stack_grammars
+from ananke_jax._src.compile.budget import CompileBudget as CompileBudget
 from ananke_jax._src.compile.context_free import compile_grammar as compile_grammar
 from ananke_jax._src.compile.regular import compile_choices as compile_choices
 from ananke_jax._src.compile.regular import compile_regex as compile_regex
@@ -30,6 +31,7 @@ from ananke_jax._src.engines.pushdown import PushdownState as PushdownState
 from ananke_jax._src.engines.regular import RegularGrammar as RegularGrammar
 from ananke_jax._src.engines.regular import RegularState as RegularState
 from ananke_jax._src.errors import AnankeError as AnankeError
+from ananke_jax._src.errors import BudgetError as BudgetError
 from ananke_jax._src.errors import FusionError as FusionError
 from ananke_jax._src.errors import GrammarError as GrammarError
 from ananke_jax._src.errors import SchemaError as SchemaError
@@ -82,6 +84,7 @@ __all__ = [
     # vocabularies and compilation
     "Vocabulary",
     "compile_regex",
+    "CompileBudget",
     "compile_choices",
     "compile_json_schema",
     "compile_gbnf",
@@ -146,6 +149,7 @@ __all__ = [
     # errors
     "AnankeError",
     "GrammarError",
+    "BudgetError",
     "SchemaError",
     "VocabularyError",
     "FusionError",

@@ -2,11 +2,13 @@
 byte classes against a direct comparison of columns."""
 
 import gc
+import re
 
 import numpy as np
 import pytest
 
 from ananke_jax._src.compile import automaton
+from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import Fragment, NFABuilder, byte_classes, minimise, pausing_gc, subset_construction
 from ananke_jax._src.compile.regex import regex_to_dfa
 
@@ -59,28 +61,37 @@ def _nfa_accepts(builder: NFABuilder, fragment: Fragment, data: bytes) -> bool:
     return fragment.end in current
 
 
-def _random_spec(rng: np.random.Generator, depth: int):
+def _random_node(rng: np.random.Generator, depth: int, pool: list) -> rx.Node:
+    """A random regex tree that often reuses subtrees already made (shared objects, as the JSON
+    Schema compiler's memos make them), so that `to_nfa` shares their states."""
+    if pool and rng.random() < 0.25:
+        return pool[int(rng.integers(len(pool)))]
     kind = int(rng.integers(5 if depth else 2))
     if kind == 0:
-        return "literal", bytes(rng.choice(list(b"abc"), size=int(rng.integers(4))).tolist())
-    if kind == 1:
-        return "class", _CLASSES[int(rng.integers(len(_CLASSES)))]
-    if kind in (2, 3):
-        return ("concat", "alternation")[kind - 2], [_random_spec(rng, depth - 1) for _ in range(int(rng.integers(1, 4)))]
-    lo = int(rng.integers(3))
-    return "repeat", _random_spec(rng, depth - 1), lo, None if rng.random() < 0.3 else lo + int(rng.integers(3))
+        node = rx.Text("".join(rng.choice(list("abc"), size=int(rng.integers(4))).tolist()))
+    elif kind == 1:
+        node = rx.Chars(tuple(_CLASSES[int(rng.integers(len(_CLASSES)))]))
+    elif kind in (2, 3):
+        parts = [_random_node(rng, depth - 1, pool) for _ in range(int(rng.integers(1, 4)))]
+        node = rx.Seq(tuple(parts)) if kind == 2 else rx.Alt(tuple(parts))
+    else:
+        lo = int(rng.integers(3))
+        node = rx.Repeat(_random_node(rng, depth - 1, pool), lo, None if rng.random() < 0.3 else lo + int(rng.integers(3)))
+    pool.append(node)
+    return node
 
 
-def _build(builder: NFABuilder, spec) -> Fragment:
-    if spec[0] == "literal":
-        return builder.literal(spec[1])
-    if spec[0] == "class":
-        return builder.code_points(spec[1])
-    if spec[0] == "concat":
-        return builder.concat([_build(builder, s) for s in spec[1]])
-    if spec[0] == "alternation":
-        return builder.alternation([_build(builder, s) for s in spec[1]])
-    return builder.repeat(lambda: _build(builder, spec[1]), spec[2], spec[3])
+def _python_regex(node: rx.Node) -> str:
+    """The node as Python `re` syntax (written here, apart from the library's printer)."""
+    if isinstance(node, rx.Text):
+        return re.escape(node.text)
+    if isinstance(node, rx.Chars):
+        return "[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in node.ranges) + "]"
+    if isinstance(node, rx.Seq):
+        return "".join(f"(?:{_python_regex(p)})" for p in node.parts)
+    if isinstance(node, rx.Alt):
+        return "(?:" + "|".join(_python_regex(p) for p in node.parts) + ")" if node.parts else "(?!)"
+    return f"(?:{_python_regex(node.body)}){{{node.lo},{'' if node.hi is None else node.hi}}}"
 
 
 def _random_graph(rng: np.random.Generator) -> tuple[NFABuilder, Fragment]:
@@ -131,11 +142,31 @@ def _check(builder: NFABuilder, fragment: Fragment, rng: np.random.Generator):
         assert bool(accepting[subset]) == expected == bool(dfa.accepting[state]), data
 
 
+def _tree_nfa(node: rx.Node) -> tuple[NFABuilder, Fragment]:
+    builder = NFABuilder()
+    end = builder.state()
+    return builder, Fragment(rx.to_nfa(node, builder, end, {}), end)
+
+
 @pytest.mark.parametrize("seed", range(200))
 def test_structured_nfa(seed):
     rng = np.random.default_rng(seed)
-    builder = NFABuilder()
-    _check(builder, _build(builder, _random_spec(rng, 3)), rng)
+    _check(*_tree_nfa(_random_node(rng, 3, [])), rng)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_shared_subtrees_keep_the_language(seed):
+    """`to_nfa` builds a subtree used twice with the same continuation once: the language of
+    trees full of shared subtrees against Python's `re` on random strings."""
+    rng = np.random.default_rng(seed)
+    node = _random_node(rng, 4, [])
+    builder, fragment = _tree_nfa(node)
+    pattern = re.compile(_python_regex(node), re.DOTALL)
+    alphabet = list("abc0é\u03b1\u4e01\U0001f600 ")
+    for _ in range(150):
+        text = "".join(rng.choice(alphabet, size=int(rng.integers(10))).tolist())
+        assert _nfa_accepts(builder, fragment, text.encode()) == (pattern.fullmatch(text) is not None), (text, pattern.pattern)
+    assert rx.nfa_size(node) >= len(builder.edges) // 4  # the estimate the budget reads is of the right order
 
 
 @pytest.mark.parametrize("seed", range(200))

@@ -17,6 +17,15 @@ class GrammarError(AnankeError):
         self.pointer = pointer
 
 
+class BudgetError(GrammarError):
+    """A compile went past its `CompileBudget`; ``budget`` names the limit (``"max_states"``,
+    ``"max_table_bytes"`` or ``"max_seconds"``), as the message does."""
+
+    def __init__(self, message: str, *, budget: str):
+        super().__init__(message)
+        self.budget = budget
+
+
 class VocabularyError(AnankeError):
     """A tokenizer file is missing, corrupt, or inconsistent with the logits."""
 

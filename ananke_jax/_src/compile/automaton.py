@@ -11,18 +11,16 @@ import dataclasses
 import functools
 import gc
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from ananke_jax._src.compile import utf8
 from ananke_jax._src.compile.arrays import hash_multipliers, unique_first_inverse
-from ananke_jax._src.errors import GrammarError
+from ananke_jax._src.compile.budget import charge_states, check_time
 
 DEAD = 0
-# A guard against regexes like `(a{1000}){1000}` that would exhaust memory, not a design limit.
-MAX_NFA_STATES = 2_000_000
-MAX_DFA_STATES = 200_000
+CHECK_EVERY = 4096  # states built between two checks of the compile budget
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,8 +39,9 @@ class NFABuilder:
         self.epsilons: list[list[int]] = []
 
     def state(self) -> int:
-        if len(self.edges) >= MAX_NFA_STATES:
-            raise GrammarError(f"pattern too large: more than {MAX_NFA_STATES} NFA states")
+        if len(self.edges) % CHECK_EVERY == 0:
+            charge_states(len(self.edges) + 1, "an NFA")
+            check_time()
         self.edges.append([])
         self.epsilons.append([])
         return len(self.edges) - 1
@@ -80,8 +79,7 @@ class NFABuilder:
             return Fragment(self.state(), end)
         moves = dfa_moves(dfa) if moves is None else moves
         offset = len(self.edges) - 1  # live state s becomes s + offset
-        if offset + dfa.num_states > MAX_NFA_STATES:
-            raise GrammarError(f"pattern too large: more than {MAX_NFA_STATES} NFA states")
+        charge_states(offset + dfa.num_states, "an NFA")
         self.edges += [[(lo, hi, t + offset) for lo, hi, t in row] for row in moves]
         self.epsilons += [[end] if a else [] for a in dfa.accepting[1:].tolist()]
         return Fragment(dfa.start + offset, end)
@@ -102,37 +100,6 @@ class NFABuilder:
             self.epsilons[start].append(p.start)
             self.epsilons[p.end].append(end)
         return Fragment(start, end)
-
-    def repeat(self, build: Callable[[], Fragment], lo: int, hi: int | None) -> Fragment:
-        """``x{lo,hi}`` (``hi=None``: unbounded); ``build`` makes a fresh copy of ``x``."""
-        parts = [build() for _ in range(lo)]
-        if hi is None:
-            loop = build()
-            hub = self.state()
-            self.epsilons[hub].append(loop.start)
-            self.epsilons[loop.end].append(hub)
-            parts.append(Fragment(hub, hub))
-        else:
-            end = self.state()
-            optional = []
-            for _ in range(hi - lo):
-                # A fresh entry carries the skip: the body's own start may be a loop hub that
-                # is re-entered mid-match, where skipping to the end would be wrong.
-                body, entry = build(), self.state()
-                self.epsilons[entry] += [body.start, end]
-                optional.append(Fragment(entry, body.end))
-            parts.append(Fragment(*_chain(self, optional, end)))
-        return self.concat(parts)
-
-
-def _chain(builder: NFABuilder, optional: list[Fragment], end: int) -> tuple[int, int]:
-    """Chain optional copies so that each may stop early: a? (a? (a? ...))."""
-    if not optional:
-        return end, end
-    for a, b in itertools.pairwise(optional):
-        builder.epsilons[a.end].append(b.start)
-    builder.epsilons[optional[-1].end].append(end)
-    return optional[0].start, end
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,6 +243,7 @@ def subset_construction(builder: NFABuilder, fragment: Fragment) -> tuple[np.nda
     rows: list[list[int]] = [[DEAD] * num_classes]
     i = 1
     while i < len(order):
+        check_time()
         targets: dict[int, list[frozenset[int]]] = {}
         for s in order[i]:
             for c, ts in move(s):
@@ -284,13 +252,15 @@ def subset_construction(builder: NFABuilder, fragment: Fragment) -> tuple[np.nda
         for c, parts in targets.items():
             nxt = _union(parts)
             if nxt not in ids:
-                if len(order) >= MAX_DFA_STATES:
-                    raise GrammarError(f"pattern too large: more than {MAX_DFA_STATES} DFA states")
+                if len(order) % CHECK_EVERY == 0:
+                    charge_states(len(order) + 1, "a DFA")
+                    check_time()
                 ids[nxt] = len(order)
                 order.append(nxt)
             row[c] = ids[nxt]
         rows.append(row)
         i += 1
+    charge_states(len(order), "a DFA")
     accepting = np.array([fragment.end in s for s in order])
     return np.asarray(rows, np.int32), accepting, byte_class
 
@@ -406,6 +376,7 @@ def _hopcroft(predecessors: list[list[tuple[int, list[int]]]], live: list[bool],
     pending = [b for b in (1, 2) if members[b]]
     queued = [b in pending for b in range(3)]
     while pending:
+        check_time()
         splitter = pending.pop()
         queued[splitter] = False
         incoming: dict[int, list[int]] = {}

@@ -25,6 +25,7 @@ from ananke_jax._src.compile.arrays import (
     stack_padded,
 )
 from ananke_jax._src.compile.automaton import DEAD, pausing_gc
+from ananke_jax._src.compile.budget import charge_bytes, check_time
 from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import outcome_tries
@@ -174,6 +175,7 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], 
     found = []
     offset = 1
     for parents, labels in zip(trie.parents, trie.labels):
+        check_time()
         children = offset + np.arange(len(parents), dtype=np.int64)
         offset += len(parents)
         lo = np.searchsorted(keys, parents.astype(np.int64) << node_shift)
@@ -277,6 +279,7 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
     rows, row_index = [np.zeros(words, np.uint32)], {}
     state_sets, dense_row, dense_set, sparse_token, sparse_set = [], [], [], [], []
     for q in range(tables.lexer.num_states):
+        check_time()
         occurring, local = np.unique(np.append(EMPTY_SET, tables.class_set[q]), return_inverse=True)
         local = local[1:]  # local set 0 is the empty set (the smallest id)
         counts = np.bincount(local, weights=class_size, minlength=len(occurring))
@@ -330,7 +333,9 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     words = -(-vocab.logits_width // 32)
     eos_bits = np.zeros(vocab.logits_width, bool)
     eos_bits[list(vocab.eos_token_ids)] = True
-    state_sets, rows, dense_row, dense_set, sparse_token, sparse_set = _mask_parts(t, words)
+    mask_parts = _mask_parts(t, words)
+    charge_bytes(sum(x.nbytes for x in (*mask_parts, t.class_set, t.token_class, t.set_members, t.state_outcomes)), "the mask tables")
+    state_sets, rows, dense_row, dense_set, sparse_token, sparse_set = mask_parts
     return PushdownGrammar(
         lexer_start=_device(lexer.start, np.int32),
         action_kind=_device(lr.action_kind, np.int8),

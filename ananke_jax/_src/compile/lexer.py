@@ -11,12 +11,11 @@ import dataclasses
 
 import numpy as np
 
-from ananke_jax._src.compile.automaton import DEAD, ByteDFA
+from ananke_jax._src.compile.automaton import CHECK_EVERY, DEAD, ByteDFA
+from ananke_jax._src.compile.budget import charge_states, check_time
 from ananke_jax._src.compile.regex import regex_to_dfa
 from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar, Rule, TerminalDef
-
-MAX_LEXER_STATES = 50_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +103,9 @@ def build_lexer(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDFA]) ->
         row = []
         for succ in map(tuple, successors.tolist()):
             if succ not in ids:
-                if len(order) >= MAX_LEXER_STATES:
-                    raise GrammarError(f"the terminals are too complex: more than {MAX_LEXER_STATES} lexer states")
+                if len(order) % CHECK_EVERY == 0:
+                    charge_states(len(order) + 1, "the lexer (the terminals' product automaton)")
+                    check_time()
                 ids[succ] = len(order)
                 order.append(succ)
             row.append(ids[succ])

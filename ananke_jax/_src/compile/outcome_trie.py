@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ananke_jax._src.compile.arrays import stack_padded
+from ananke_jax._src.compile.budget import check_time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +79,7 @@ def outcome_tries(
     after_of = lexer_after.tolist()
     tries = []
     for q in range(num_states):
+        check_time()
         building = _Trie()
         outcomes = state_outcomes[q][state_outcomes[q] >= 0].tolist()
         ends = [building.path(sequences[o]) for o in outcomes]

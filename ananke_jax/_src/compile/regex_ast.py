@@ -31,8 +31,17 @@ from ananke_jax._src.compile.automaton import (
     minimise,
     pausing_gc,
 )
+from ananke_jax._src.compile.budget import charge_states, check_time
 from ananke_jax._src.compile.interleave import Hubs, hubs, interleave_fragment
 from ananke_jax._src.errors import GrammarError
+
+
+def _hash_once(node) -> int:
+    """The hash of a node with parts, kept on it: trees share subtrees (a DAG), where a hash
+    computed afresh each time would walk every path."""
+    if "_hash" not in node.__dict__:
+        node.__dict__["_hash"] = hash((type(node), *(getattr(node, f.name) for f in dataclasses.fields(node))))
+    return node.__dict__["_hash"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,10 +62,14 @@ class Text:
 class Seq:
     parts: tuple[Node, ...]
 
+    __hash__ = _hash_once
+
 
 @dataclasses.dataclass(frozen=True)
 class Alt:
     parts: tuple[Node, ...]
+
+    __hash__ = _hash_once
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +77,8 @@ class Repeat:
     body: Node
     lo: int
     hi: int | None
+
+    __hash__ = _hash_once
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -85,6 +100,8 @@ class Interleave:
     separator: Node
     lo: int
     hi: int | None
+
+    __hash__ = _hash_once
 
     @property
     def parts(self) -> tuple[Node, ...]:
@@ -131,12 +148,8 @@ def seq(*parts: Node) -> Node:
 
 def alt(*parts: Node) -> Node:
     """Union, flattened and without repeated branches."""
-    flat: list[Node] = []
-    for p in parts:
-        for q in p.parts if isinstance(p, Alt) else [p]:
-            if q not in flat:
-                flat.append(q)
-    return flat[0] if len(flat) == 1 else Alt(tuple(flat))
+    flat = tuple(dict.fromkeys(q for p in parts for q in (p.parts if isinstance(p, Alt) else [p])))
+    return flat[0] if len(flat) == 1 else Alt(flat)
 
 
 def repeat(body: Node, lo: int, hi: int | None) -> Node:
@@ -165,32 +178,48 @@ def star(body: Node) -> Node:
 
 
 def leaves(node) -> Iterator:
-    """The nodes under ``node`` that are not `Seq`, `Alt`, `Repeat` or `Interleave`, left to
-    right."""
-    if isinstance(node, (Seq, Alt, Interleave)):
-        for part in node.parts:
-            yield from leaves(part)
-    elif isinstance(node, Repeat):
-        yield from leaves(node.body)
-    else:
-        yield node
+    """The nodes under ``node`` that are not `Seq`, `Alt`, `Repeat` or `Interleave`, each node
+    object visited once (trees share subtrees as DAGs)."""
+    seen, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, (Seq, Alt, Interleave)):
+            todo += n.parts
+        elif isinstance(n, Repeat):
+            todo.append(n.body)
+        else:
+            yield n
 
 
 def rewrite(node, fn: Callable) -> Node:
     """``node`` with each subtree for which ``fn`` gives a node replaced by it (outermost
-    first; ``fn`` gives None to go on into the subtree's parts)."""
+    first; ``fn`` gives None to go on into the subtree's parts). A subtree shared in ``node``
+    is rewritten once, and its rewrite shared alike (`to_nfa` builds shared subtrees once)."""
+    done: dict[int, Node] = {}
+
+    def go(n):
+        if id(n) not in done:
+            done[id(n)] = _rewritten(n, fn, go)
+        return done[id(n)]
+
+    return go(node)
+
+
+def _rewritten(node, fn: Callable, go: Callable) -> Node:
     out = fn(node)
     if out is not None:
         return out
     if isinstance(node, Seq):
-        return seq(*[rewrite(p, fn) for p in node.parts])
+        return seq(*map(go, node.parts))
     if isinstance(node, Alt):
-        return alt(*[rewrite(p, fn) for p in node.parts])
+        return alt(*map(go, node.parts))
     if isinstance(node, Repeat):
-        return repeat(rewrite(node.body, fn), node.lo, node.hi)
+        return repeat(go(node.body), node.lo, node.hi)
     if isinstance(node, Interleave):
-        members = [rewrite(p, fn) for p in node.members]
-        return interleave(members, node.required, rewrite(node.extra, fn), rewrite(node.separator, fn), node.lo, node.hi)
+        return interleave(list(map(go, node.members)), node.required, go(node.extra), go(node.separator), node.lo, node.hi)
     return node
 
 
@@ -212,33 +241,98 @@ def join(items: list[Node], separator: Node) -> Node:
 
 @pausing_gc
 def to_dfa(node: Node) -> ByteDFA:
-    """The minimal byte DFA of ``node`` (start 0 when the language is empty)."""
+    """The minimal byte DFA of ``node`` (start 0 when the language is empty).
+
+    Raises:
+      BudgetError: its NFA, estimated before it is built, or its DFA is over the compile budget.
+    """
+    charge_states(nfa_size(node), "a regex's NFA")
     builder = NFABuilder()
-    return determinise(builder, to_fragment(node, builder))
+    end = builder.state()
+    return determinise(builder, Fragment(to_nfa(node, builder, end, {}), end))
 
 
-def to_fragment(node: Node, b: NFABuilder) -> Fragment:
-    """Thompson fragment of ``node`` in ``b``."""
-    if isinstance(node, Chars):
-        return b.code_points(node.ranges) if node.ranges else _nothing(b)
-    if isinstance(node, Text):
-        return b.literal(node.text.encode("utf-8"))
+def nfa_size(node: Node) -> int:
+    """About how many states `to_nfa` builds for ``node``: a subtree counted once however often
+    it is shared (`to_nfa` mostly builds it once), times the copies of the repeats around it."""
+    seen: set[int] = set()
+    total = 0
+    todo = [(node, 1)]
+    while todo:
+        n, copies = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, Repeat):
+            each = n.lo + (1 if n.hi is None else n.hi - n.lo)
+            total += copies * (each + 1)
+            todo.append((n.body, copies * each))
+        elif isinstance(n, (Seq, Alt)):
+            total += copies
+            todo += [(p, copies) for p in n.parts]
+        elif isinstance(n, Interleave):  # an item's copy per move between hubs
+            items = [*n.members, n.extra]
+            total += copies * sum(nfa_size(items[i]) + nfa_size(n.separator) for _, i, _ in n.hubs().moves)
+        else:
+            total += copies * (
+                n.dfa.num_states if isinstance(n, Automaton) else 2 if isinstance(n, Chars) else 2 * len(n.text.encode("utf-8"))
+            )
+    return total
+
+
+def to_nfa(node: Node, b: NFABuilder, after: int, built: dict[tuple[int, int], int]) -> int:
+    """The start of an NFA for ``node`` in ``b`` that leads to ``after`` when it has read a
+    member of the language.
+
+    Built back to front, each piece knowing where it goes next, so that a subtree used in
+    several places that go on alike (an object's optional members, all followed by the rest of
+    the object) is built once: ``built`` maps (subtree id, ``after``) to its start. States
+    returned are never given new moves, which makes the sharing sound.
+    """
+    key = (id(node), after)
+    if key in built:
+        return built[key]
     if isinstance(node, Seq):
-        return b.concat([to_fragment(p, b) for p in node.parts])
-    if isinstance(node, Alt):
-        return b.alternation([to_fragment(p, b) for p in node.parts]) if node.parts else _nothing(b)
-    if isinstance(node, Repeat):
-        return b.repeat(lambda: to_fragment(node.body, b), node.lo, node.hi)
-    if isinstance(node, Automaton):
-        return b.copy(node.dfa)
-    if isinstance(node, Interleave):
-        members = [to_dfa(m) for m in node.members]
-        return interleave_fragment(b, members, node.required, to_dfa(node.extra), to_dfa(node.separator), node.lo, node.hi)
-    raise TypeError(f"not a regex node: {node!r}")
+        start = after
+        for part in reversed(node.parts):
+            start = to_nfa(part, b, start, built)
+    elif isinstance(node, Alt):
+        start = b.state()
+        b.epsilons[start] += [to_nfa(part, b, after, built) for part in node.parts]
+    elif isinstance(node, Repeat):
+        start = _repeat(node, b, after, built)
+    else:
+        if isinstance(node, Chars):
+            piece = b.code_points(node.ranges) if node.ranges else Fragment(b.state(), b.state())
+        elif isinstance(node, Text):
+            piece = b.literal(node.text.encode("utf-8"))
+        elif isinstance(node, Automaton):
+            piece = b.copy(node.dfa)
+        elif isinstance(node, Interleave):
+            members = [to_dfa(m) for m in node.members]
+            piece = interleave_fragment(b, members, node.required, to_dfa(node.extra), to_dfa(node.separator), node.lo, node.hi)
+        else:
+            raise TypeError(f"not a regex node: {node!r}")
+        b.epsilons[piece.end].append(after)
+        start = piece.start
+    built[key] = start
+    return start
 
 
-def _nothing(b: NFABuilder) -> Fragment:
-    return Fragment(b.state(), b.state())  # no path from start to end
+def _repeat(node: Repeat, b: NFABuilder, after: int, built: dict[tuple[int, int], int]) -> int:
+    """`to_nfa` of ``body{lo,hi}``: the optional copies (or the loop) first, from the back."""
+    if node.hi is None:
+        start = b.state()  # the loop's hub
+        b.epsilons[start] += [to_nfa(node.body, b, start, built), after]
+    else:
+        start = after
+        for _ in range(node.hi - node.lo):  # body? (body? (...)): each copy may end the repeat
+            entry = b.state()
+            b.epsilons[entry] += [to_nfa(node.body, b, start, built), after]
+            start = entry
+    for _ in range(node.lo):
+        start = to_nfa(node.body, b, start, built)
+    return start
 
 
 def intersect(a: ByteDFA, b: ByteDFA) -> ByteDFA:
@@ -276,6 +370,8 @@ def _product(a: ByteDFA, b: ByteDFA, accept) -> ByteDFA:
                 keys.append(key)
         rows.append(np.asarray([ids[key] for key in targets.tolist()], np.int32)[inverse.reshape(after.shape)])
         done = len(level) + done
+        charge_states(len(keys), "a product of two automata")
+        check_time()
     pairs = np.asarray(keys)
     accepting = accept(a.accepting[pairs // width], b.accepting[pairs % width])
     return minimise(np.concatenate(rows), accepting, start=1, byte_class=byte_class.astype(np.int32))

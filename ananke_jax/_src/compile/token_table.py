@@ -15,6 +15,7 @@ import numpy as np
 
 from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, pack_bits, run_starts, unique_first_inverse
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, row_groups
+from ananke_jax._src.compile.budget import check_time
 from ananke_jax._src.compile.token_trie import TokenGroups, TokenTrie, classes_of_hashes, ordinary_token_ids, single_group, vocabulary_trie
 from ananke_jax._src.compile.unit_loops import UnitLoops, loop_columns
 from ananke_jax._src.vocab import Vocabulary
@@ -98,6 +99,7 @@ def token_columns(
         unknown[known[0]] = False
     pending = [np.flatnonzero(unknown)]
     while pending:
+        check_time()
         starts = pending.pop()
         functions = _live_functions(trie, class_transitions, symbol_class, multipliers, starts)
         if functions is None:  # too many pairs at once: walk each half of the start states alone
@@ -193,6 +195,7 @@ def _live_functions(
     function_start, function_length = np.zeros(1, np.int64), np.array([len(starts)])
     offset = 1  # the id of the level's first node
     for parents, labels, child_starts, parent_position in zip(trie.parents, trie.labels, trie.child_starts, trie.parent_positions):
+        check_time()
         local = nodes - (offset - len(child_starts) + 1)  # among the nodes of the previous level
         if 2 * len(local) > len(child_starts) - 1:  # most are live: go over all children
             function_of_parent = np.full(len(child_starts) - 1, -1, np.int64)

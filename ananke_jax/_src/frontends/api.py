@@ -3,6 +3,7 @@ grammar into the IR, `compile_grammar` builds the pushdown engine's tables from 
 
 from __future__ import annotations
 
+from ananke_jax._src.compile.budget import CompileBudget, metered
 from ananke_jax._src.compile.context_free import compile_grammar
 from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.frontends.gbnf import gbnf_to_ir
@@ -16,12 +17,14 @@ def grammar_to_ir(text: str):
     return gbnf_to_ir(text) if "::=" in text else lark_to_ir(text)
 
 
-def compile_lark(text: str, vocab: Vocabulary, *, start: str = "start", **options) -> PushdownGrammar:
+def compile_lark(text: str, vocab: Vocabulary, *, start: str = "start", budget: CompileBudget | None = None, **options) -> PushdownGrammar:
     """Compile a Lark grammar (read by lark's own loader; the language is the context-free
     language of its rules, without lexer priorities). Options as in `compile_grammar`."""
-    return compile_grammar(lark_to_ir(text, start=start), vocab, **options)
+    with metered(budget):
+        return compile_grammar(lark_to_ir(text, start=start), vocab, **options)
 
 
-def compile_gbnf(text: str, vocab: Vocabulary, *, root: str = "root", **options) -> PushdownGrammar:
+def compile_gbnf(text: str, vocab: Vocabulary, *, root: str = "root", budget: CompileBudget | None = None, **options) -> PushdownGrammar:
     """Compile a GBNF grammar (llama.cpp's syntax). Options as in `compile_grammar`."""
-    return compile_grammar(gbnf_to_ir(text, root=root), vocab, **options)
+    with metered(budget):
+        return compile_grammar(gbnf_to_ir(text, root=root), vocab, **options)

@@ -39,7 +39,7 @@ from lark.lexer import PatternStr
 from lark.load_grammar import load_grammar
 
 from ananke_jax._src.compile.regex import regex_to_dfa
-from ananke_jax._src.errors import GrammarError
+from ananke_jax._src.errors import BudgetError, GrammarError
 from ananke_jax._src.frontends.gbnf import regex_char, regex_literal
 from ananke_jax._src.ir import Grammar, Rule, TerminalDef
 
@@ -110,6 +110,8 @@ def _terminal_regex(terminal) -> str:
         regex = _CONTROL.sub(_escape_control, regex)
     try:
         regex_to_dfa(regex)
+    except BudgetError as error:
+        raise BudgetError(f"Lark terminal {terminal.user_repr()}: {error}", budget=error.budget) from None
     except GrammarError as error:
         raise GrammarError(f"Lark terminal {terminal.user_repr()}: {error}") from None
     return regex

@@ -7,6 +7,7 @@ import json
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc
+from ananke_jax._src.compile.budget import CompileBudget, metered
 from ananke_jax._src.compile.context_free import DEFAULT_MAX_CONFIGS, compile_grammar
 from ananke_jax._src.compile.regular import compile_dfa
 from ananke_jax._src.compile.unit_loops import UnitLoops, expand_unit_loops
@@ -106,6 +107,7 @@ def compile_json_schema(
     max_string_length: int | None = None,
     max_configs: int = DEFAULT_MAX_CONFIGS,
     engine: str = "auto",
+    budget: CompileBudget | None = None,
 ) -> RegularGrammar | PushdownGrammar:
     """Compile a JSON Schema (draft 2020-12) into a constraint for ``vocab``.
 
@@ -139,6 +141,8 @@ def compile_json_schema(
       max_configs: parse configurations kept by the pushdown engine (recursive schemas).
       engine: ``"auto"`` (a token DFA unless the schema recurses) or ``"pushdown"`` (always the
         pushdown engine, e.g. to share a grammar bank with recursive schemas).
+      budget: the compile's `CompileBudget` (None: the defaults). A schema over it gets a
+        `SchemaError` naming the limit and, where it was met inside a subschema, its pointer.
 
     Returns:
       A `RegularGrammar` (one token DFA) when the schema has no recursion and ``engine`` is
@@ -151,23 +155,24 @@ def compile_json_schema(
     if engine not in ("auto", "pushdown"):
         raise SchemaError(f"engine must be 'auto' or 'pushdown', got {engine!r}")
     placeholders = whitespace == "flexible"
-    rules = json_schema_rules(
-        schema,
-        whitespace=whitespace,
-        strict=strict,
-        allow_additional=allow_additional,
-        any_order=any_order,
-        max_depth=max_depth,
-        max_whitespace=max_whitespace,
-        max_digits=max_digits,
-        max_string_length=max_string_length,
-        placeholder_gaps=placeholders,
-    )
-    options = dict(stack_depth=4 * max_depth, max_configs=max_configs, engine=engine, max_whitespace=max_whitespace)
-    try:
-        return compile_rules(rules, vocab, gaps=placeholders, **options)
-    except GrammarError as e:
-        raise SchemaError(f"the schema cannot be compiled: {e}") from None
+    with metered(budget):
+        rules = json_schema_rules(
+            schema,
+            whitespace=whitespace,
+            strict=strict,
+            allow_additional=allow_additional,
+            any_order=any_order,
+            max_depth=max_depth,
+            max_whitespace=max_whitespace,
+            max_digits=max_digits,
+            max_string_length=max_string_length,
+            placeholder_gaps=placeholders,
+        )
+        options = dict(stack_depth=4 * max_depth, max_configs=max_configs, engine=engine, max_whitespace=max_whitespace)
+        try:
+            return compile_rules(rules, vocab, gaps=placeholders, **options)
+        except GrammarError as e:
+            raise SchemaError(f"the schema cannot be compiled: {e}") from None
 
 
 def compile_rules(

@@ -41,13 +41,24 @@ def inline(rules: Rules, keep: set[str]) -> dict[str, rx.Node]:
     done: dict[str, rx.Node] = {}
 
     def substitute(leaf):
-        if not isinstance(leaf, Ref) or leaf.name in keep:
-            return leaf
-        if leaf.name not in done:
-            done[leaf.name] = rx.map_leaves(rules.bodies[leaf.name], substitute)
-        return done[leaf.name]
+        return done[leaf.name] if isinstance(leaf, Ref) and leaf.name not in keep else leaf
 
-    return {name: rx.map_leaves(rules.bodies[name], substitute) for name in keep | {rules.start}}
+    # Rules are substituted after those they refer to, without recursion (``$ref`` chains may be
+    # long); the inlined rules do not recurse, so this order exists.
+    roots = keep | {rules.start}
+    order, visited, stack = [], set(), [(name, False) for name in roots]
+    while stack:
+        name, expanded = stack.pop()
+        if expanded:
+            order.append(name)
+        elif name not in visited:
+            visited.add(name)
+            stack.append((name, True))
+            stack += [(ref, False) for ref in _refs(rules.bodies[name]) - keep - visited]
+    for name in order:
+        if name not in roots:
+            done[name] = rx.map_leaves(rules.bodies[name], substitute)
+    return {name: rx.map_leaves(rules.bodies[name], substitute) for name in roots}
 
 
 def to_grammar(rules: Rules, keep: set[str], *, printable: bool = False) -> Grammar:

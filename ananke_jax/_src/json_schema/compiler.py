@@ -19,7 +19,7 @@ import warnings
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import ByteDFA
-from ananke_jax._src.errors import SchemaError
+from ananke_jax._src.errors import BudgetError, SchemaError
 from ananke_jax._src.json_schema import strings
 from ananke_jax._src.json_schema.arrays import Arrays
 from ananke_jax._src.json_schema.combinators import Combinators
@@ -86,7 +86,18 @@ class SchemaCompiler(Combinators, Negation, Scalars, Arrays, Objects):
     # --- schemas -----------------------------------------------------------------------------
 
     def value(self, schema, pointer: str, depth: int) -> rx.Node:
-        """The JSON texts of the values valid under ``schema``."""
+        """The JSON texts of the values valid under ``schema``.
+
+        Raises:
+          SchemaError: among others, a `BudgetError` met while compiling it, with ``pointer``
+            (the innermost subschema's, as each level turns it into a `SchemaError`).
+        """
+        try:
+            return self._value(schema, pointer, depth)
+        except BudgetError as e:
+            raise SchemaError(str(e), pointer=pointer) from None
+
+    def _value(self, schema, pointer: str, depth: int) -> rx.Node:
         if schema is True:
             return self.any_value(depth)
         if schema is False:

@@ -76,14 +76,18 @@ def string_body(min_length: int, max_length: int | None, values: list[rx.Node], 
     """Spellings (without quotes) of strings with ``min_length <= len <= max_length`` code points
     that lie in every language of ``values`` (spelled canonically when there is any); where these
     leave the length unbounded, at most ``longest`` code points, or ``min_length`` if more (None:
-    unbounded)."""
-    if max_length is None and longest is not None and (not values or not is_finite(_all_of(values))):
+    unbounded).
+
+    The automaton of ``values`` is built here even where the tree is returned, so that one over
+    the compile budget fails in its own subschema (and the error names its pointer).
+    """
+    dfa = _all_of(values) if values else None
+    if max_length is None and longest is not None and (dfa is None or not is_finite(dfa)):
         max_length = max(longest, min_length)
-    if not values:
+    if dfa is None:
         return rx.repeat(ANY_UNIT, min_length, max_length)
     if len(values) == 1 and (min_length, max_length) == (0, None):
         return spelled(values[0])
-    dfa = _all_of(values)
     if (min_length, max_length) != (0, None):
         dfa = rx.intersect(dfa, _canonical_length_dfa(min_length, max_length))
     return rx.Automaton(dfa) if dfa.start else rx.NOTHING

@@ -20,29 +20,25 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from ananke_jax._src.server.limits import CompileBudget
+from ananke_jax._src.compile.budget import CompileBudget
+from ananke_jax._src.server.limits import CompileLimits
 from ananke_jax._src.server.specs import RequestError, Spec, compile_spec
 
 log = logging.getLogger(__name__)
 _WARM_UP = Spec("json_schema", {"type": "object", "properties": {"a": {"type": "integer"}}})
 
 
-def _worker(connection, vocab, max_table_bytes: int) -> None:
-    """A worker process: compile each spec received, answer ``("ok", constraint)`` with numpy
-    leaves, or ``("error", status, message)``."""
+def _worker(connection, vocab, budget: CompileBudget) -> None:
+    """A worker process: compile each spec received within ``budget``, answer ``("ok",
+    constraint)`` with numpy leaves, or ``("error", status, message)``."""
     jax.config.update("jax_platforms", "cpu")  # the accelerator belongs to the server's model
     compile_spec(_WARM_UP, vocab)  # the vocabulary's shared tables, built once per worker
     connection.send(("ready",))
     while True:
         spec = connection.recv()
         try:
-            constraint = compile_spec(spec, vocab)
-            constraint = None if constraint is None else jax.tree_util.tree_map(np.asarray, constraint)
-            size = sum(leaf.nbytes for leaf in jax.tree_util.tree_leaves(constraint))
-            if size > max_table_bytes:
-                answer = ("error", 400, f"the compiled tables take {size:,} bytes, over the compile budget of {max_table_bytes:,}")
-            else:
-                answer = ("ok", constraint)
+            constraint = compile_spec(spec, vocab, budget)
+            answer = ("ok", None if constraint is None else jax.tree_util.tree_map(np.asarray, constraint))
         except (ValueError, TypeError, KeyError, RecursionError) as e:  # the library's errors are ValueErrors
             answer = ("error", 400, f"{type(e).__name__}: {e}")
         except Exception as e:
@@ -56,7 +52,7 @@ class _Process:
 
     def __init__(self, context, vocab, budget: CompileBudget):
         self.connection, theirs = context.Pipe()
-        self.process = context.Process(target=_worker, args=(theirs, vocab, budget.max_table_bytes), daemon=True)
+        self.process = context.Process(target=_worker, args=(theirs, vocab, budget), daemon=True)
         self.process.start()
         theirs.close()
 
@@ -82,17 +78,19 @@ class _Process:
 class CompileWorkers:
     """``workers`` processes compiling `Spec`s for ``vocab``; `submit` returns a future.
 
-    Each process is fed by its own thread in this one. A compile past ``budget.max_seconds``
-    fails with a 400 `RequestError` naming the budget; any other failure of the worker (it dies,
-    its answer cannot be read) fails the compile with a 500. Either way the process is replaced.
+    Each process is fed by its own thread in this one and compiles within ``limits.budget``: a
+    compile over it fails with the library's `BudgetError` (400). One still at work
+    `CompileLimits.KILL_GRACE_SECONDS` past the budget's ``max_seconds`` fails with a 400 naming
+    the budget, and any other failure of the worker (it dies, its answer cannot be read) with a
+    500; either way the process is replaced.
     """
 
     START_SECONDS = 300.0  # a worker's start: imports, the vocabulary's tables, one compile
 
     def __init__(
-        self, vocab, workers: int = 2, budget: CompileBudget = CompileBudget(), on_compiled: Callable[[float], None] | None = None
+        self, vocab, workers: int = 2, limits: CompileLimits = CompileLimits(), on_compiled: Callable[[float], None] | None = None
     ):
-        self.vocab, self.budget = vocab, budget
+        self.vocab, self.limits = vocab, limits
         self._context = multiprocessing.get_context("spawn")
         self._jobs: queue.Queue = queue.Queue()
         self._on_compiled = on_compiled or (lambda seconds: None)
@@ -114,9 +112,9 @@ class CompileWorkers:
         """The future constraint of ``spec``.
 
         Raises:
-          RequestError: 503 when ``budget.max_queue`` compiles already wait.
+          RequestError: 503 when ``limits.max_queue`` compiles already wait.
         """
-        if self._jobs.qsize() >= self.budget.max_queue:
+        if self._jobs.qsize() >= self.limits.max_queue:
             raise RequestError(503, f"{self._jobs.qsize()} grammars are waiting to compile: try again shortly", code="server_busy")
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._jobs.put((spec, future))
@@ -135,11 +133,10 @@ class CompileWorkers:
                 continue
             start = time.perf_counter()
             try:
-                answer = process.compile(spec, self.budget.max_seconds)
+                answer = process.compile(spec, self.limits.budget.max_seconds + CompileLimits.KILL_GRACE_SECONDS)
             except TimeoutError:
-                future.set_exception(
-                    RequestError(400, f"the grammar did not compile within the compile budget of {self.budget.max_seconds:g} s")
-                )
+                seconds = self.limits.budget.max_seconds
+                future.set_exception(RequestError(400, f"the grammar did not compile within the compile budget max_seconds={seconds:g}"))
             except BaseException:
                 log.exception("a grammar compile worker failed")
                 future.set_exception(RequestError(500, "the grammar compiler's worker process failed", code="server_error"))
@@ -159,7 +156,7 @@ class CompileWorkers:
     def _start(self) -> _Process:
         """A new worker process, warmed up (retried until one starts)."""
         while True:
-            process = _Process(self._context, self.vocab, self.budget)
+            process = _Process(self._context, self.vocab, self.limits.budget)
             try:
                 process.wait_ready(self.START_SECONDS)
                 return process
@@ -185,9 +182,9 @@ class GrammarCache:
     def get(self, spec: Spec) -> concurrent.futures.Future:
         """The future constraint of ``spec``; its exception, if any, is a `RequestError` whose
         status and message callers copy (`refusal`), never raise as it is (it is shared)."""
-        if spec.size > self.workers.budget.max_spec_bytes:
+        if spec.size > self.workers.limits.max_spec_bytes:
             raise RequestError(
-                400, f"the constraint takes {spec.size:,} bytes of JSON, over the limit of {self.workers.budget.max_spec_bytes:,}"
+                400, f"the constraint takes {spec.size:,} bytes of JSON, over the limit of {self.workers.limits.max_spec_bytes:,}"
             )
         key = spec.key(self._fingerprint)
         with self._lock:

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 
+from ananke_jax._src.compile.budget import CompileBudget
+
 
 @dataclasses.dataclass(frozen=True)
-class CompileBudget:
-    """One constraint's compile: ``max_seconds`` of work (then its worker process is stopped),
-    ``max_table_bytes`` of tables, ``max_spec_bytes`` of request JSON (checked before any work),
-    and ``max_queue`` compiles waiting for a worker (beyond it, 503)."""
+class CompileLimits:
+    """One constraint's compile: the library's ``budget`` (states, table bytes, seconds; a worker
+    process still at work `KILL_GRACE_SECONDS` past its ``max_seconds`` is stopped),
+    ``max_spec_bytes`` of request JSON (checked before any work), and ``max_queue`` compiles
+    waiting for a worker (beyond it, 503)."""
 
-    max_seconds: float = 10.0
-    max_table_bytes: int = 256 << 20
+    budget: CompileBudget = CompileBudget()
     max_spec_bytes: int = 64 << 10
     max_queue: int = 256
+
+    KILL_GRACE_SECONDS = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,4 +34,4 @@ class Limits:
     max_stops: int = 4
     max_stop_chars: int = 256
     max_reasoning_chars: int = 1 << 16
-    compile: CompileBudget = dataclasses.field(default_factory=CompileBudget)
+    compile: CompileLimits = CompileLimits()

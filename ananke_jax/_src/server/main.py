@@ -8,10 +8,12 @@ import os
 import sys
 import time
 
-from ananke_jax._src.server.limits import CompileBudget, Limits
+from ananke_jax._src.compile.budget import CompileBudget
+from ananke_jax._src.server.limits import Limits
 
 API_KEY_VARIABLE = "ANANKE_API_KEY"
-_LIMITS, _BUDGET = Limits(), CompileBudget()
+_LIMITS = Limits()
+_BUDGET = _LIMITS.compile.budget
 
 
 def add_serve_command(commands) -> None:
@@ -30,10 +32,11 @@ def add_serve_command(commands) -> None:
     p.add_argument(
         "--max-grammar-bytes",
         type=int,
-        default=_BUDGET.max_spec_bytes,
+        default=_LIMITS.compile.max_spec_bytes,
         help="the largest constraint (schema, grammar, tools) in JSON bytes",
     )
-    p.add_argument("--compile-seconds", type=float, default=_BUDGET.max_seconds, help="the compile budget of one constraint")
+    p.add_argument("--compile-seconds", type=float, default=_BUDGET.max_seconds, help="the compile budget of one constraint, in seconds")
+    p.add_argument("--max-states", type=int, default=_BUDGET.max_states, help="the largest automaton one constraint's compile may build")
     p.add_argument("--max-table-bytes", type=int, default=_BUDGET.max_table_bytes, help="the largest compiled tables of one constraint")
     p.add_argument("--compile-workers", type=int, default=2, help="processes compiling grammars")
     p.add_argument("--cache-size", type=int, default=256, help="compiled constraints kept")
@@ -55,6 +58,11 @@ def serve_command(args: argparse.Namespace) -> int:
         from ananke_jax._src.server.service import Service, load_model
     except ImportError as e:
         raise ImportError(f"the server needs its extra: pip install 'ananke-jax[serve]' ({e})") from None
+    try:
+        budget = CompileBudget(max_states=args.max_states, max_table_bytes=args.max_table_bytes, max_seconds=args.compile_seconds)
+    except ValueError as e:
+        print(f"ananke-jax serve: {e}", file=sys.stderr)
+        return 2
     if args.compilation_cache:
         import jax
 
@@ -65,15 +73,17 @@ def serve_command(args: argparse.Namespace) -> int:
     model = load_model(args.model, args.tool_style)
     if args.served_model_name:
         model.name = args.served_model_name
-    budget = dataclasses.replace(
-        _BUDGET, max_seconds=args.compile_seconds, max_table_bytes=args.max_table_bytes, max_spec_bytes=args.max_grammar_bytes
-    )
+    compile_limits = dataclasses.replace(_LIMITS.compile, budget=budget, max_spec_bytes=args.max_grammar_bytes)
     service = Service(
         model,
         slots=args.slots,
         max_len=args.max_len,
         limits=dataclasses.replace(
-            _LIMITS, max_tokens=args.max_tokens, max_whitespace=args.max_whitespace, max_body_bytes=args.max_body_bytes, compile=budget
+            _LIMITS,
+            max_tokens=args.max_tokens,
+            max_whitespace=args.max_whitespace,
+            max_body_bytes=args.max_body_bytes,
+            compile=compile_limits,
         ),
         compile_workers=args.compile_workers,
         cache_size=args.cache_size,

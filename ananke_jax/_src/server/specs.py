@@ -24,6 +24,7 @@ import json
 from typing import Any
 
 import ananke_jax as aj
+from ananke_jax._src.compile.budget import metered
 from ananke_jax._src.frontends.api import grammar_to_ir
 from ananke_jax._src.server.openai_types import ChatCompletionRequest
 
@@ -116,10 +117,12 @@ KINDS = {
 }
 
 
-def compile_spec(spec: Spec, vocab):
-    """The compiled constraint of ``spec`` (None: free text). Raises the library's errors."""
+def compile_spec(spec: Spec, vocab, budget: aj.CompileBudget | None = None):
+    """The compiled constraint of ``spec`` (None: free text) within ``budget`` (None: the
+    library's defaults). Raises the library's errors."""
     block = None if spec.reasoning_chars is None else {"max_chars": spec.reasoning_chars, "begin": THINK[0], "end": THINK[1]}
-    return KINDS[spec.kind](spec.payload, vocab, spec, block)
+    with metered(budget):
+        return KINDS[spec.kind](spec.payload, vocab, spec, block)
 
 
 def request_spec(request: ChatCompletionRequest, tool_style: str, max_whitespace: int | None = None) -> tuple[str | None, Spec]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ananke_jax._src.compile.automaton import pausing_gc
+from ananke_jax._src.compile.budget import CompileBudget, metered
 from ananke_jax._src.compile.context_free import DEFAULT_MAX_CONFIGS
 from ananke_jax._src.compile.regular import compile_dfa
 from ananke_jax._src.engines.protocol import Constraint
@@ -29,6 +30,7 @@ def compile_structural_tag(
     max_depth: int = DEFAULT_MAX_DEPTH,
     max_configs: int = DEFAULT_MAX_CONFIGS,
     engine: str = "auto",
+    budget: CompileBudget | None = None,
     **json_options,
 ) -> RegularGrammar | PushdownGrammar:
     """Compile a structural tag (XGrammar's format objects; the languages are in docs/guide.md).
@@ -41,6 +43,7 @@ def compile_structural_tag(
       max_depth: nesting room of recursive schemas and grammars (pushdown stack ``4 * max_depth``).
       max_configs: parse configurations of the pushdown engine.
       engine: ``"auto"`` (a token DFA unless a rule recurses) or ``"pushdown"``.
+      budget: the compile's `CompileBudget` (None: the defaults).
       **json_options: further `compile_json_schema` options for every ``json_schema`` format
         (``any_order``, ``max_whitespace``, ...); a format's own fields take precedence.
 
@@ -55,12 +58,13 @@ def compile_structural_tag(
     """
     if engine not in ("auto", "pushdown"):
         raise GrammarError(f"engine must be 'auto' or 'pushdown', got {engine!r}")
-    view, rules, run = _rules(spec, vocab, strict=strict, max_depth=max_depth, **json_options)
-    options = dict(stack_depth=4 * max_depth, max_configs=max_configs, engine=engine)
-    try:
-        return compile_rules(rules, view, gaps=True, max_whitespace=run, **options)
-    except MixedGaps:
-        return compile_rules(_bounded(rules, run), view, gaps=False, **options)
+    with metered(budget):
+        view, rules, run = _rules(spec, vocab, strict=strict, max_depth=max_depth, **json_options)
+        options = dict(stack_depth=4 * max_depth, max_configs=max_configs, engine=engine)
+        try:
+            return compile_rules(rules, view, gaps=True, max_whitespace=run, **options)
+        except MixedGaps:
+            return compile_rules(_bounded(rules, run), view, gaps=False, **options)
 
 
 def _rules(spec, vocab: Vocabulary, **json_options) -> tuple[Vocabulary, Rules, int]:

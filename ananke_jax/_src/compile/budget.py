@@ -1,0 +1,104 @@
+"""Compile budgets: limits on the work and the tables of one compile, so that a grammar bomb is
+refused with the limit named instead of exhausting memory or time.
+
+Every ``compile_*`` entry point runs inside `metered` with its `CompileBudget`. The compiler
+checks sizes against it where it can estimate them before the work (a regex tree's automaton
+states), and during the work as a fallback (automaton states built, elapsed time), through the
+`charge_states`, `charge_bytes` and `check_time` functions, which read the budget of the compile
+running in this thread (a `contextvars` variable), or the defaults outside any compile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import math
+import time
+from collections.abc import Iterator
+
+from ananke_jax._src.errors import BudgetError
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileBudget:
+    """Limits on one compile; the defaults suit a server compiling what requests send.
+
+    Attributes:
+      max_states: the most states of any automaton built on the way (a regex's NFA and DFA, a
+        product of two, the lexer's), checked on an estimate before building where one exists.
+      max_table_bytes: the most bytes of the compiled tables.
+      max_seconds: the most wall-clock seconds of the whole compile (``math.inf``: no limit).
+    """
+
+    max_states: int = 200_000
+    max_table_bytes: int = 256 << 20
+    max_seconds: float = 10.0
+
+    def __post_init__(self):
+        for name in ("max_states", "max_table_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"CompileBudget.{name} must be a positive integer, got {value!r}")
+        if isinstance(self.max_seconds, bool) or not isinstance(self.max_seconds, (int, float)) or not self.max_seconds > 0:
+            raise ValueError(f"CompileBudget.max_seconds must be a positive number, got {self.max_seconds!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Meter:
+    budget: CompileBudget
+    deadline: float  # time.monotonic() past which the compile stops
+
+
+_OUTSIDE = _Meter(CompileBudget(max_seconds=math.inf), math.inf)
+_meter: contextvars.ContextVar[_Meter] = contextvars.ContextVar("ananke_compile_budget", default=_OUTSIDE)
+
+
+@contextlib.contextmanager
+def metered(budget: CompileBudget | None) -> Iterator[None]:
+    """Run a compile under ``budget`` (None: `CompileBudget()`). A compile nested in another
+    (a structural tag's JSON Schema) stays under the outer one's budget and deadline."""
+    if budget is not None and not isinstance(budget, CompileBudget):
+        raise TypeError(f"budget must be an ananke_jax.CompileBudget, got {type(budget).__name__}")
+    if _meter.get() is not _OUTSIDE:
+        yield
+        return
+    budget = CompileBudget() if budget is None else budget
+    token = _meter.set(_Meter(budget, time.monotonic() + budget.max_seconds))
+    try:
+        yield
+    finally:
+        _meter.reset(token)
+
+
+def charge_states(count: int, what: str) -> None:
+    """Refuse an automaton of ``count`` states (``what`` says which, for the message).
+
+    Raises:
+      BudgetError: over ``max_states``.
+    """
+    limit = _meter.get().budget.max_states
+    if count > limit:
+        raise BudgetError(f"{what} of {count:,} states is over the compile budget max_states={limit:,}", budget="max_states")
+
+
+def charge_bytes(count: int, what: str) -> None:
+    """Refuse tables of ``count`` bytes.
+
+    Raises:
+      BudgetError: over ``max_table_bytes``.
+    """
+    limit = _meter.get().budget.max_table_bytes
+    if count > limit:
+        raise BudgetError(f"{what} of {count:,} bytes are over the compile budget max_table_bytes={limit:,}", budget="max_table_bytes")
+
+
+def check_time() -> None:
+    """Stop a compile past its deadline (cheap: call it in loops).
+
+    Raises:
+      BudgetError: past ``max_seconds``.
+    """
+    meter = _meter.get()
+    if time.monotonic() > meter.deadline:
+        raise BudgetError(f"the compile ran past the compile budget max_seconds={meter.budget.max_seconds:g}", budget="max_seconds")

@@ -1,0 +1,97 @@
+"""Compile budgets: grammar bombs are refused from estimates before the work, with the limit and
+the JSON pointer named; the other limits stop the work as it goes; schemas that only look large
+compile."""
+
+import pytest
+
+import ananke_jax as aj
+from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile.budget import charge_states, check_time, metered
+
+
+def _nested_one_of(depth: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"oneOf": [{"type": "integer"}, schema]}
+    return schema
+
+
+def test_a_regex_bomb_is_refused_from_its_estimate(sentencepiece_vocab):
+    with pytest.raises(aj.BudgetError, match=r"a regex's NFA of 3,00\d,\d+ states is over the compile budget max_states=200,000") as e:
+        aj.compile_regex("(a{1000}){1000}", sentencepiece_vocab)
+    assert e.value.budget == "max_states"
+    assert isinstance(e.value, aj.GrammarError)
+
+
+def test_a_large_enum_is_refused_with_the_budget_and_compiles_under_a_larger_one(sentencepiece_vocab):
+    schema = {"enum": [f"value-{i}" for i in range(10_000)]}
+    with pytest.raises(aj.SchemaError, match="over the compile budget max_states=200,000 at #"):
+        aj.compile_json_schema(schema, sentencepiece_vocab)
+    cg = aj.compile_json_schema(schema, sentencepiece_vocab, budget=aj.CompileBudget(max_states=10**6))
+    assert isinstance(cg, aj.RegularGrammar)
+
+
+def test_a_pattern_over_the_budget_names_its_subschema(sentencepiece_vocab):
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "string", "pattern": "^.{0,20}x.{30}$"}}}}
+    with pytest.raises(aj.SchemaError, match="max_states=5,000 at #/properties/a/items") as e:
+        aj.compile_json_schema(schema, sentencepiece_vocab, budget=aj.CompileBudget(max_states=5_000))
+    assert e.value.pointer == "#/properties/a/items"
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(64)}},
+        {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(24)}, "minProperties": 3, "maxProperties": 9},
+        {"$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(200)} | {"d200": {"type": "string"}}, "$ref": "#/$defs/d0"},
+        _nested_one_of(10),
+    ],
+    ids=["64-optional", "24-optional-counted", "ref-chain-200", "oneOf-10-deep"],
+)
+def test_schemas_that_only_look_large_compile_within_the_default_budget(schema, sentencepiece_vocab):
+    """Shared subtrees (each optional member's continuation) are built once, so these stay far
+    below the budget (their languages are tested in test_json_schema and test_automaton)."""
+    cg = aj.compile_json_schema(schema, sentencepiece_vocab, whitespace="compact")
+    assert cg.num_states < 20_000
+
+
+def test_every_limit_is_named_when_the_work_passes_it(sentencepiece_vocab):
+    with pytest.raises(aj.BudgetError, match="max_table_bytes=1,000") as e:
+        aj.compile_regex("[a-z]{1,20}", sentencepiece_vocab, budget=aj.CompileBudget(max_table_bytes=1000))
+    assert e.value.budget == "max_table_bytes"
+    with pytest.raises(aj.BudgetError, match="max_states=50"):  # the DFA, past the NFA estimate
+        aj.compile_regex("(a|b)*a(a|b){6}", sentencepiece_vocab, budget=aj.CompileBudget(max_states=50))
+    with pytest.raises(aj.SchemaError, match="max_seconds=1e-06"):
+        aj.compile_json_schema({"type": "string", "format": "date-time"}, sentencepiece_vocab, budget=aj.CompileBudget(max_seconds=1e-6))
+    with pytest.raises(aj.BudgetError, match="max_seconds"):
+        aj.compile_lark('start: "a"+', sentencepiece_vocab, budget=aj.CompileBudget(max_seconds=1e-6))
+
+
+def test_budgets_nest_and_end_with_their_compile():
+    outer, inner = aj.CompileBudget(max_states=10), aj.CompileBudget(max_states=10**6)
+    with metered(outer), metered(inner), pytest.raises(aj.BudgetError, match=r"max_states=10$"):  # the outer one holds
+        charge_states(11, "an automaton")
+    charge_states(11, "an automaton")  # outside any compile: the defaults, no deadline
+    check_time()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"max_states": 0}, {"max_table_bytes": -1}, {"max_seconds": 0}, {"max_states": 1.5}, {"max_seconds": True}, {"max_states": "9"}],
+)
+def test_bad_budgets_are_refused(fields):
+    with pytest.raises(ValueError, match=f"CompileBudget.{next(iter(fields))}"):
+        aj.CompileBudget(**fields)
+
+
+def test_a_budget_must_be_a_compile_budget(sentencepiece_vocab):
+    with pytest.raises(TypeError, match=r"budget must be an ananke_jax\.CompileBudget"):
+        aj.compile_regex("a", sentencepiece_vocab, budget={"max_states": 10})
+
+
+def test_the_estimate_counts_shared_subtrees_once_and_repeats_per_copy():
+    shared = rx.star(rx.chars("az"))  # 4 states
+    tree = rx.alt(*[rx.seq(rx.chars(str(i % 10)), rx.Text(str(i)), shared) for i in range(100)])
+    assert rx.nfa_size(tree) < 100 * 8 + 10  # 100 branches of a class, a text and a seq: the star once
+    assert rx.nfa_size(rx.repeat(rx.repeat(rx.Text("a"), 10, 10), 10, 10)) >= 2 * 100
+    assert rx.nfa_size(rx.EMPTY) == 1
