@@ -24,13 +24,14 @@ geometric mean over the regular and the recursive schemas apart.
 
     pip install torch==2.13.0 && pip install xgrammar llguidance outlines-core   # optional peers
     python bench/json_schema.py [--quick] [--vocab tekken-131k] [--repeats 3] [--schemas NAME ...]
-    python bench/json_schema.py --corpus [--limit 5]   # real-world schemas: coverage, tail, bombs
+    python bench/json_schema.py --corpus [--limit 5]   # = python bench/schema_corpus.py
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 
 import ananke_jax as aj
@@ -257,20 +258,16 @@ def headlines(names: list[str], compiles: Table, means: dict, engines: list[str]
 
 
 def main():
+    if "--corpus" in sys.argv:  # the real-world corpus: schema_corpus.py, its own options and record
+        sys.argv.remove("--corpus")
+        return schema_corpus.main()
     vocabs = load_vocabularies()
     p = parser(__doc__)
     p.add_argument("--vocab", choices=sorted(vocabs), default="tekken-131k")
     p.add_argument("--repeats", type=int, default=3, help="cold compiles per schema and engine")
     p.add_argument("--schemas", nargs="+", choices=list(SCHEMAS), default=list(SCHEMAS))
-    p.add_argument("--corpus", action="store_true", help="the real-world corpus instead: coverage and compile tail (schema_corpus.py)")
-    p.add_argument("--limit", type=float, default=5.0, help="--corpus: seconds per compile before it counts as over")
     args = parse(p, schemas=QUICK, repeats=1)
     vocab, encode = vocabs[args.vocab], encoders()[args.vocab]
-    if args.corpus:
-        results = schema_corpus.run(vocab, args.vocab, args.limit, names=schema_corpus.QUICK if args.quick else None)
-        tables = [*results["tables"], schema_corpus.bombs(vocab)]
-        record("json_schema_corpus", args, {"tables": tables, "headline": results["headline"]})
-        return
     print(f"# vocabulary: {args.vocab}, {len(args.schemas)} schemas")
     found = engines(vocab, encode)
     compilers = {name: compile_schema for name, (compile_schema, _) in found.items()}

@@ -25,7 +25,7 @@ import shlex
 from harness import RESULTS, ROOT, cell
 
 # The order of the sections; a record of another name comes after these.
-ORDER = ["step", "fusion", "cfg", "json_schema", "json_schema_suite", "generate", "domino"]
+ORDER = ["step", "fusion", "cfg", "json_schema", "schema_corpus", "json_schema_suite", "generate", "domino"]
 METHOD = """\
 Every figure on this page is the output of a script in `bench/` that anyone can run. Each script
 prints its tables while it measures and writes them to `bench/results/<name>.json` with the date

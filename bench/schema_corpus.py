@@ -6,7 +6,11 @@ builds its lexer lazily, during the first masks), ours is a lookup in the tables
 (states, table bytes, 10 s) with ``max_seconds`` set to ``--limit``; a peer runs in its own
 process, stopped and replaced when it passes the limit. An outcome is *compiled*, *refused* (the
 engine's error, summarised by kind) or *over* the limit. The peers run as a user would run them
-(XGrammar's default non-strict mode drops keywords it cannot honour, with a warning).
+(XGrammar's default non-strict mode drops keywords it cannot honour, with a warning). Then the
+grammar bombs, under the default budget.
+
+    pip install torch==2.13.0 && pip install xgrammar llguidance   # optional peers
+    python bench/schema_corpus.py [--quick] [--vocab tekken-131k] [--limit 5]
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import warnings
 
 import ananke_jax as aj
 
-from harness import Table, headline, llguidance_tokenizer, percentile, xgrammar_info
+from harness import Table, headline, llguidance_tokenizer, load_vocabularies, parse, parser, percentile, record, xgrammar_info
 
 CORPUS = pathlib.Path(__file__).resolve().parent / "schema_corpus.json"
 QUICK = ["AWS::Amplify::App", "setuptools/distutils.schema.json"]
@@ -220,3 +224,18 @@ def bombs(vocab) -> Table:
             outcome = " ".join(str(e).split())[:110]
         table.add(name, (time.perf_counter() - start) * 1000, outcome)
     return table
+
+
+def main():
+    vocabs = load_vocabularies()
+    p = parser(__doc__)
+    p.add_argument("--vocab", choices=sorted(vocabs), default="tekken-131k")
+    p.add_argument("--limit", type=float, default=5.0, help="seconds per compile before it counts as over")
+    p.add_argument("--schemas", nargs="+", help="corpus entries by name (default: all)")
+    args = parse(p, schemas=QUICK)
+    results = run(vocabs[args.vocab], args.vocab, args.limit, names=args.schemas)
+    record("schema_corpus", args, {"tables": [*results["tables"], bombs(vocabs[args.vocab])], "headline": results["headline"]})
+
+
+if __name__ == "__main__":
+    main()

@@ -22,7 +22,8 @@ from ananke_jax._src.errors import BudgetError
 
 @dataclasses.dataclass(frozen=True)
 class CompileBudget:
-    """Limits on one compile; the defaults suit a server compiling what requests send.
+    """Limits on one compile. The size defaults suit a server compiling what requests send; the
+    time default leaves room for large grammars compiled once (`ananke-jax serve` uses 10 s).
 
     Attributes:
       max_states: the most states of any automaton built on the way (a regex's NFA and DFA, a
@@ -33,7 +34,7 @@ class CompileBudget:
 
     max_states: int = 200_000
     max_table_bytes: int = 256 << 20
-    max_seconds: float = 10.0
+    max_seconds: float = 60.0
 
     def __post_init__(self):
         for name in ("max_states", "max_table_bytes"):

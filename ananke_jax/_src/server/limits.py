@@ -14,7 +14,7 @@ class CompileLimits:
     ``max_spec_bytes`` of request JSON (checked before any work), and ``max_queue`` compiles
     waiting for a worker (beyond it, 503)."""
 
-    budget: CompileBudget = CompileBudget()
+    budget: CompileBudget = CompileBudget(max_seconds=10.0)
     max_spec_bytes: int = 64 << 10
     max_queue: int = 256
 
