@@ -531,3 +531,13 @@ def test_one_of_is_any_of_where_the_difference_is_not_a_schema():
         one_of = language("oneOf")
     any_of = language("anyOf")
     assert rx.difference(one_of, any_of).start == 0 and rx.difference(any_of, one_of).start == 0
+
+
+@pytest.mark.parametrize("bounds", [(0, None), (0, 0), (1, 1), (0, 3), (2, 5), (3, None), (1, 20)])
+def test_length_bounded_strings_built_directly_equal_their_regex(bounds):
+    """The chained copies of one code point's automaton against the regex ``unit{lo,hi}``
+    through the NFA builder: the same language (each difference empty)."""
+    direct = strings._canonical_length_dfa(*bounds)
+    regex = rx.to_dfa(rx.repeat(strings.CANONICAL_UNIT, *bounds))
+    assert rx.difference(direct, regex).start == 0 and rx.difference(regex, direct).start == 0
+    assert direct.num_states == regex.num_states

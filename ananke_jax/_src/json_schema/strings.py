@@ -16,7 +16,7 @@ import numpy as np
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile import utf8
-from ananke_jax._src.compile.automaton import ByteDFA, is_finite
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, is_finite, minimise
 from ananke_jax._src.compile.unit_loops import UnitLanguage
 
 _SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
@@ -110,8 +110,37 @@ def spelled_dfa(value: rx.Node):
 @functools.lru_cache(maxsize=64)
 def _canonical_length_dfa(min_length: int, max_length: int | None):
     """The minimal DFA of canonical spellings of ``min_length`` to ``max_length`` code points,
-    kept per process (a schema's items and ``contains`` share their bounds)."""
-    return rx.to_dfa(rx.repeat(CANONICAL_UNIT, min_length, max_length))
+    kept per process (a schema's items and ``contains`` share their bounds).
+
+    Built directly as copies of one code point's automaton, chained (copy k: k code points read;
+    past ``min_length`` copies, an unbounded length loops on the last): a regex NFA of it would
+    take some 180 states per code point, 360,000 for a ``maxLength`` of 2048.
+    """
+    unit = _canonical_unit()
+    inner = np.flatnonzero(~unit.accepting)[1:]  # live states inside one code point (0 is dead)
+    local = np.zeros(unit.num_states, np.int64)
+    local[inner] = np.arange(len(inner))
+    copies = (max_length if max_length is not None else min_length) + 1
+    k = np.repeat(np.arange(copies), len(inner))[:, None]  # the code points read in each state
+    target = unit.transitions[np.tile(inner, copies)]
+    after = k + 1 if max_length is not None else np.minimum(k + 1, min_length)
+    moved = np.where(unit.accepting[target], after * len(inner) + local[unit.start], k * len(inner) + local[target]) + 1
+    moved[(target == DEAD) | (after >= copies) & unit.accepting[target]] = DEAD
+    transitions = np.vstack([np.zeros((1, 256), np.int64), moved])
+    reads = np.arange(copies)
+    accepting = np.zeros(len(transitions), bool)
+    accepting[reads * len(inner) + local[unit.start] + 1] = reads >= min_length
+    byte_class, first_byte = byte_classes(transitions)
+    start = local[unit.start] + 1
+    return minimise(transitions[:, first_byte].astype(np.int32), accepting, start=int(start), byte_class=byte_class.astype(np.int32))
+
+
+@functools.cache
+def _canonical_unit():
+    """The minimal DFA of one code point's canonical spelling (its accepting states lead nowhere)."""
+    dfa = rx.to_dfa(CANONICAL_UNIT)
+    assert (dfa.transitions[dfa.accepting] == DEAD).all()
+    return dfa
 
 
 def any_key(longest: int | None = None):
