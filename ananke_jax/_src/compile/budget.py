@@ -78,9 +78,7 @@ def charge_states(count: int, what: str) -> None:
     Raises:
       BudgetError: over ``max_states``.
     """
-    limit = _meter.get().budget.max_states
-    if count > limit:
-        raise BudgetError(f"{what} of {count:,} states is over the compile budget max_states={limit:,}", budget="max_states")
+    _charge("max_states", count, f"{what} of {count:,} states is")
 
 
 def charge_bytes(count: int, what: str) -> None:
@@ -89,9 +87,13 @@ def charge_bytes(count: int, what: str) -> None:
     Raises:
       BudgetError: over ``max_table_bytes``.
     """
-    limit = _meter.get().budget.max_table_bytes
+    _charge("max_table_bytes", count, f"{what} of {count:,} bytes are")
+
+
+def _charge(field: str, count: int, subject: str) -> None:
+    limit = getattr(_meter.get().budget, field)
     if count > limit:
-        raise BudgetError(f"{what} of {count:,} bytes are over the compile budget max_table_bytes={limit:,}", budget="max_table_bytes")
+        raise BudgetError(f"{subject} over the compile budget {field}={limit:,}", budget=field)
 
 
 def check_time() -> None:
