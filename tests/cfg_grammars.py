@@ -81,3 +81,12 @@ WORDS = grammar(
     "s",
 )
 WORDS_TOKENS = [b"<eos>", b"a", b"e", b"n", b"d", b"!", b"en", b"end", b"end!", b"nd!", b"ab", b"d!a", b"!!"]
+
+# Terminals that share a prefix but never meet in one place: a date at the top, quoted words in a
+# list. A token may close one string and open the next (`","`), or end the list (`"]`).
+DATES = grammar(
+    [("s", ["DATE"]), ("s", ["LB", "items", "RB"]), ("items", ["WORD"]), ("items", ["items", "COMMA", "WORD"])],
+    {"DATE": r'"[0-9]{2}-[0-9]{2}"', "WORD": r'"[a-z0-9-]*"', "LB": r"\[", "RB": r"\]", "COMMA": ","},
+    "s",
+)
+DATES_TOKENS = [b"<eos>", *[bytes([c]) for c in b'"-0129ab[],'], b'"1', b"12", b"2-", b'-0"', b'","', b'"]', b'["', b'a-', b'0"', b'["1', b'9-9"']

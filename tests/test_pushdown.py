@@ -12,11 +12,11 @@ import pytest
 
 import ananke_jax as aj
 from ananke_jax._src.bank import trie_parents
-from ananke_jax._src.compile.cfg import compile_ir
+from ananke_jax._src.compile.cfg import cfg_tables, compile_ir
 from ananke_jax._src.compile.outcome_trie import chunk_layout
 from ananke_jax._src.ir import grammar
 
-from cfg_grammars import ARITHMETIC, ARITHMETIC_TOKENS, JSON, JSON_EXAMPLES, WORDS, WORDS_TOKENS
+from cfg_grammars import ARITHMETIC, ARITHMETIC_TOKENS, DATES, DATES_TOKENS, JSON, JSON_EXAMPLES, WORDS, WORDS_TOKENS
 from earley import EarleyRecogniser, SharedEarley
 from oracles import unpack
 
@@ -113,6 +113,18 @@ def test_full_masks_match_earley_on_a_vocabulary_of_bridge_tokens(g, tokens):
     vocab = aj.Vocabulary.from_tokens(tokens, eos_token_ids=[0], logits_width=40)
     cg = compile_ir(g, vocab)
     assert random_walk_check(cg, SharedEarley(g), vocab, np.random.default_rng(0), walks=40, steps=12)[0] >= 200
+
+
+def test_terminals_that_never_meet_share_no_lexer_state_and_masks_match_earley():
+    """After a cut only the terminals that may follow begin: DATE (first) and WORD (after '[' or
+    ',') both open with '"' but never run side by side; the masks stay exact."""
+    vocab = aj.Vocabulary.from_tokens(DATES_TOKENS, eos_token_ids=[0], logits_width=32)
+    tables = cfg_tables(DATES, vocab)
+    date, word = tables.lexer.terminals.index("DATE"), tables.lexer.terminals.index("WORD")
+    assert not (tables.lexer.alive[:, date] & tables.lexer.alive[:, word]).any()
+    assert tables.lexer.alive[:, date].any() and tables.lexer.alive[:, word].any()
+    cg = compile_ir(DATES, vocab)
+    assert random_walk_check(cg, SharedEarley(DATES), vocab, np.random.default_rng(0), walks=40, steps=10)[0] >= 200
 
 
 @functools.cache

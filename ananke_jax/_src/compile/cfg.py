@@ -22,15 +22,14 @@ from ananke_jax._src.compile.arrays import (
     pack_bits,
     padded_groups,
     sorted_unique,
-    stack_padded,
 )
 from ananke_jax._src.compile.automaton import DEAD, pausing_gc
 from ananke_jax._src.compile.budget import charge_bytes, check_time
 from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
-from ananke_jax._src.compile.outcome_trie import outcome_tries
+from ananke_jax._src.compile.outcome_trie import Paths, outcome_tries
 from ananke_jax._src.compile.token_table import spell_tokens
-from ananke_jax._src.compile.token_trie import build_trie, classes_of_hashes
+from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes
 from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar
@@ -78,14 +77,15 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
       GrammarError: LR conflicts, or terminals too complex to combine.
     """
     grammar, dfas = without_empty_terminals(grammar.validate())
-    lexer = build_lexer(grammar.terminals, dfas)
     lr = lr_tables(grammar)
     column = {name: j for j, name in enumerate(lr.terminals)}
-    lr_column = np.array([column.get(name, -1) if name not in grammar.ignore else -1 for name in lexer.terminals], np.int32)
+    lr_column = np.array([column.get(t.name, -1) if t.name not in grammar.ignore else -1 for t in grammar.terminals], np.int32)
+    begins, follow = terminal_follow(grammar, lr.terminals)
+    start_begins, start_of_context = _lexer_starts(lr_column, begins, follow)
+    lexer = build_lexer(grammar.terminals, dfas, start_begins)
 
     spelled = spell_tokens(lexer.transitions, vocab)
-    follow = terminal_follow(grammar, lr.terminals)
-    walk = _walk_outcomes(lexer, spelled.transitions, spelled.strings, lr_column, follow)
+    walk = _walk_outcomes(lexer, spelled.transitions, spelled.trie, lr_column, follow, lexer.starts[start_of_context])
     q, string, outcome, terminals, lengths, lexer_after = walk
     present = np.zeros((lexer.num_states, len(lengths)), bool)
     present[q, outcome] = True
@@ -97,13 +97,13 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
     # table of sets is sparse (EMPTY_SET = 0 elsewhere), so its columns are hashed from the groups;
     # the last column stands for tokens never allowed.
     multipliers = hash_multipliers(lexer.num_states)
-    hashes = np.zeros((len(multipliers), len(spelled.strings) + 1), np.uint64)
+    hashes = np.zeros((len(multipliers), spelled.num_strings + 1), np.uint64)
     for row, weights in zip(hashes, multipliers):
         np.add.at(row, group_string, weights[group_q] * set_of_group.astype(np.uint64))
     string_class, representatives = classes_of_hashes(hashes)
     token_class = np.full(vocab.logits_width, string_class[-1], np.int32)
     token_class[spelled.token_ids] = string_class[spelled.spelling]
-    column = np.full(len(spelled.strings) + 1, -1, np.int64)
+    column = np.full(spelled.num_strings + 1, -1, np.int64)
     column[representatives] = np.arange(len(representatives))
     chosen = column[group_string] >= 0
     class_set = np.full((lexer.num_states, len(representatives)), EMPTY_SET, np.int32)
@@ -123,46 +123,57 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
     )
 
 
-def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], lr_column: np.ndarray, follow: np.ndarray):
-    """All outcomes of every (lexer state, class string), by a breadth-first walk of the trie.
+def _lexer_starts(lr_column: np.ndarray, begins: np.ndarray, follow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The lexer's start states: after a cut, only the terminals that may follow the one cut.
+
+    Args:
+      lr_column: int32[n], each lexer terminal's LR column (-1: ignored).
+      begins, follow: bool[T] and bool[T, T] from `terminal_follow`.
+
+    Returns:
+      bool[K, n], the terminals each start may begin, the initial state's first; and int[T + 1],
+      the start after each LR column a (at a + 1; 0: after an ignored terminal with no terminal
+      before it in the token, whose predecessor the lexer state does not know). An ignored
+      terminal hides the terminal before it, so a grammar with ignored terminals gets one start
+      that begins them all.
+    """
+    if (lr_column < 0).any():
+        return np.ones((1, len(lr_column)), bool), np.zeros(len(follow) + 1, np.int64)
+    contexts = np.concatenate([begins[None], follow])[:, lr_column]
+    _, first, index = np.unique(contexts, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # in order of first appearance: the initial state first
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return contexts[first[order]], rank[index.reshape(-1)]
+
+
+def _walk_outcomes(
+    lexer: Lexer, transitions: np.ndarray, trie: TokenTrie, lr_column: np.ndarray, follow: np.ndarray, start_after: np.ndarray
+):
+    """All outcomes of every (lexer state, class string), by a breadth-first walk of ``trie``.
 
     Cuts that put two terminals next to each other that never follow one another in the
     grammar (``follow``, bool[T, T]) are pruned: no parse could take them, and without the
-    pruning, runs of identifier characters would split in exponentially many ways.
+    pruning, runs of identifier characters would split in exponentially many ways. After a cut
+    the lexer goes on from ``start_after`` (int[T + 1], see `_lexer_starts`), which begins only
+    the terminals that may follow.
 
     Returns:
       Per (state, string, outcome) triple, deduplicated: q, string, outcome (int64 arrays);
       and per outcome: the padded LR columns it completes, their count and the final lexer state.
     """
-    trie = build_trie(strings, list(range(len(strings))))
     string_at = np.full(trie.num_nodes, -1, np.int64)
     string_at[trie.token_nodes] = trie.token_ids
     ends = lexer.ends
-    start_row = transitions[lexer.start]
-    # follow_lexer[a, i]: lexer terminal i may come after LR column a (ignored ones always may).
+    start_rows = transitions[start_after]  # [T + 1, C]
+    # may_start[a + 1, p]: after LR column a (or -1: none yet), lexer state p may still become a
+    # terminal that can follow (a start that begins them all needs this pruning).
     follow_lexer = np.where(lr_column >= 0, follow[:, np.maximum(lr_column, 0)], True)
-    # Interned terminal sequences: id 0 is empty; sequence i = sequence parent[i] + column[i],
-    # so column[i] is also the last terminal of sequence i.
-    seq_parent, seq_column, seq_index = [0], [-1], {}
-
-    def extend(seqs: np.ndarray, columns: np.ndarray) -> np.ndarray:
-        """The interned ids of ``seqs`` + ``columns`` (LR columns, all >= 0)."""
-        keys = seqs * (len(lr_column) + 1) + columns
-        unique, inverse = np.unique(keys, return_inverse=True)
-        ids = np.empty(len(unique), np.int64)
-        for j, key in enumerate(unique.tolist()):
-            if key not in seq_index:
-                seq_index[key] = len(seq_parent)
-                seq_parent.append(key // (len(lr_column) + 1))
-                seq_column.append(key % (len(lr_column) + 1))
-            ids[j] = seq_index[key]
-        return ids[inverse.reshape(-1)]
+    may_start = np.concatenate([np.ones((1, lexer.num_states), bool), (lexer.alive[None, :, :] & follow_lexer[:, None, :]).any(axis=2)])
+    sequences = Paths(len(follow))  # the LR columns an outcome completes so far
 
     # The terminals each lexer state ends, padded with -1 (few per state).
     end_terminals = padded_groups(*np.nonzero(ends), lexer.num_states)
-    # may_start[a + 1, p]: after LR column a (or -1: none yet), lexer state p may still become a
-    # terminal that can follow.
-    may_start = np.concatenate([np.ones((1, lexer.num_states), bool), (lexer.alive[None, :, :] & follow_lexer[:, None, :]).any(axis=2)])
     # Frontier rows (trie node, source state, lexer state, sequence) packed into sorted int64 keys,
     # the node most significant: the rows of one node are contiguous.
     q_bits = max(1, (lexer.num_states - 1).bit_length())
@@ -170,7 +181,7 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], 
     q_shift = node_shift - q_bits
     lex_shift = q_shift - q_bits  # the sequence id takes the low bits
     state_mask, seq_mask = (1 << q_bits) - 1, (1 << lex_shift) - 1
-    live = np.arange(1, lexer.num_states, dtype=np.int64)
+    live = np.setdiff1d(np.arange(1, lexer.num_states, dtype=np.int64), lexer.starts[1:])  # later starts are never between tokens
     keys = (live << q_shift) | (live << lex_shift)
     found = []
     offset = 1
@@ -192,16 +203,17 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], 
         # ...or cut after a terminal that ends here and start the next one with this byte,
         # where the grammar lets the next terminal follow the one just cut.
         pair, slot = np.nonzero(end_terminals[lex] >= 0)
-        column, cut = lr_column[end_terminals[lex[pair], slot]], start_row[label[pair]]
+        column = lr_column[end_terminals[lex[pair], slot]]
         seq = row[pair] & seq_mask
-        last = np.asarray(seq_column)[seq]
+        last = np.asarray(sequences.column)[seq]
         new_last = np.where(column >= 0, column, last)
+        cut = start_rows[new_last + 1, label[pair]]
         fits = (cut != DEAD) & ((column < 0) | (last < 0) | follow[np.maximum(last, 0), np.maximum(column, 0)])
         fits &= may_start[new_last + 1, cut]
         pair, column, cut, seq = pair[fits], column[fits], cut[fits], seq[fits]
         extended = seq.copy()  # ignored terminals leave the sequence as it is
-        extended[column >= 0] = extend(seq[column >= 0], column[column >= 0])
-        if len(seq_parent) > seq_mask:
+        extended[column >= 0] = sequences.child(seq[column >= 0], column[column >= 0])
+        if len(sequences) > seq_mask:
             raise GrammarError("the grammar's lexer is too ambiguous for this vocabulary")
         cuts = child[pair] | (row[pair] & (state_mask << q_shift)) | (cut.astype(np.int64) << lex_shift) | extended
         keys = sorted_unique(np.concatenate([inside, cuts]))
@@ -215,7 +227,7 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, strings: list[bytes], 
     unique_pairs = sorted_unique(pairs)
     outcome = np.searchsorted(unique_pairs, pairs)
     seqs, lexer_after = unique_pairs // lexer.num_states, unique_pairs % lexer.num_states
-    terminals, lengths = _materialise(np.asarray(seq_parent), np.asarray(seq_column), seqs)
+    terminals, lengths = _materialise(np.asarray(sequences.parent), np.asarray(sequences.column), seqs)
     return (found >> q_shift) & state_mask, string_at[found >> node_shift], outcome, terminals, lengths, lexer_after.astype(np.int32)
 
 
@@ -271,33 +283,45 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
       state_sets int32[Q, NSq]: the sets that occur from each state, local index 0 being the
       empty set; rows uint32[R, W] (row 0 is empty); dense_row, dense_set int32[Q, B]: each
       state's rows and the local sets that gate them; sparse_token, sparse_set int32[Q, Z].
+      Padding is 0 throughout (the empty row, the empty set).
     """
     threshold = max(32, words // 32)
-    class_size = np.bincount(tables.token_class, minlength=tables.class_set.shape[1])
+    num_states, num_classes = tables.class_set.shape
+    num_sets = len(tables.set_members)
+    class_size = np.bincount(tables.token_class, minlength=num_classes)
     by_class = np.argsort(tables.token_class, kind="stable")  # the tokens of each class, contiguous
-    class_end = np.cumsum(class_size)
-    rows, row_index = [np.zeros(words, np.uint32)], {}
-    state_sets, dense_row, dense_set, sparse_token, sparse_set = [], [], [], [], []
-    for q in range(tables.lexer.num_states):
+    class_start = np.cumsum(class_size) - class_size
+    states = np.arange(num_states, dtype=np.int64)
+    # The (state, set) pairs that occur, the empty set in every state, sorted: a set's local
+    # index is its rank among its state's pairs.
+    keys = states[:, None] * num_sets + tables.class_set
+    pairs = sorted_unique(np.concatenate([states * num_sets + EMPTY_SET, keys.ravel()]))
+    pair_state, pair_set = pairs // num_sets, pairs % num_sets
+    pair_of = np.searchsorted(pairs, keys)  # [Q, C]
+    local = pair_of - np.searchsorted(pair_state, states)[:, None]
+    size = np.bincount(pair_of.ravel(), weights=np.broadcast_to(class_size, keys.shape).ravel(), minlength=len(pairs))
+    size[pair_set == EMPTY_SET] = 0
+    big = np.flatnonzero(size >= threshold)
+    # A dense row is the tokens of the classes in its set: rows are made once per class pattern.
+    members = (tables.class_set[pair_state[big]] == pair_set[big][:, None]) & (class_size > 0)
+    patterns, row_of = np.unique(members, axis=0, return_inverse=True) if len(big) else (members, np.zeros(0, np.int64))
+    charge_bytes(4 * words * len(patterns), "the mask tables")
+    rows = [np.zeros((1, words), np.uint32)]
+    for chunk in range(0, len(patterns), 64):
         check_time()
-        occurring, local = np.unique(np.append(EMPTY_SET, tables.class_set[q]), return_inverse=True)
-        local = local[1:]  # local set 0 is the empty set (the smallest id)
-        counts = np.bincount(local, weights=class_size, minlength=len(occurring))
-        counts[0] = 0
-        big = np.flatnonzero(counts >= threshold)
-        dense_row.append([])
-        for row in pack_bits(local[tables.token_class][None, :] == big[:, None]):
-            dense_row[-1].append(row_index.setdefault(row.tobytes(), len(rows)))
-            if dense_row[-1][-1] == len(rows):
-                rows.append(row)
-        small = np.flatnonzero((counts[local] > 0) & (counts[local] < threshold))
-        tokens = [by_class[class_end[c] - class_size[c] : class_end[c]] for c in small.tolist()]
-        state_sets.append(occurring)
-        dense_set.append(big)
-        sparse_token.append(np.concatenate(tokens) if tokens else [])
-        sparse_set.append(np.repeat(local[small], class_size[small]))
-    padded = lambda lists: stack_padded(lists, 0, np.int32)
-    return padded(state_sets), np.stack(rows), padded(dense_row), padded(dense_set), padded(sparse_token), padded(sparse_set)
+        rows.append(pack_bits(np.ascontiguousarray(patterns[chunk : chunk + 64][:, tables.token_class])))
+    # The other sets' tokens, class by class.
+    small_q, small_c = np.nonzero((size[pair_of] > 0) & (size[pair_of] < threshold))
+    token_state = np.repeat(small_q, class_size[small_c])
+    padded = lambda keys, values: np.maximum(padded_groups(keys, values, num_states), 0)
+    return (
+        padded(pair_state, pair_set),
+        np.concatenate(rows),
+        padded(pair_state[big], row_of.reshape(-1) + 1),
+        padded(pair_state[big], big - np.searchsorted(pair_state, pair_state[big])),
+        padded(token_state, by_class[concatenated_ranges(class_start[small_c], class_size[small_c])]),
+        padded(token_state, np.repeat(local[small_q, small_c], class_size[small_c])),
+    )
 
 
 @pausing_gc

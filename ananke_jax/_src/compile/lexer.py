@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from ananke_jax._src.compile.automaton import CHECK_EVERY, DEAD, ByteDFA
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, row_groups
 from ananke_jax._src.compile.budget import charge_states, check_time
 from ananke_jax._src.compile.regex import regex_to_dfa
 from ananke_jax._src.errors import GrammarError
@@ -28,7 +28,9 @@ class Lexer:
         read since the last cut".
       ends: bool[Q, n], the bytes since the last cut form terminal i.
       alive: bool[Q, n], they are a prefix of terminal i.
-      start: the state right after a cut.
+      start: the state before any input.
+      starts: int32[K], the start states, one per set of terminals that may begin after a cut
+        (``start`` is the first).
     """
 
     terminals: tuple[str, ...]
@@ -36,6 +38,7 @@ class Lexer:
     ends: np.ndarray
     alive: np.ndarray
     start: int
+    starts: np.ndarray
 
     @property
     def num_states(self) -> int:
@@ -83,39 +86,56 @@ def _without_empty_string(dfa: ByteDFA) -> ByteDFA:
     return ByteDFA(transitions, accepting, fresh)
 
 
-def build_lexer(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDFA]) -> Lexer:
-    """The product of the terminal DFAs, restricted to reachable tuples of states."""
+def build_lexer(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDFA], begins: np.ndarray | None = None) -> Lexer:
+    """The product of the terminal DFAs, restricted to the tuples reachable from its starts.
+
+    Breadth first, one level at a time, over the byte classes that all terminals share: only the
+    distinct tuples of a level are looked up one by one.
+
+    Args:
+      terminals, dfas: the terminals and their DFAs.
+      begins: bool[K, n], the terminals each start state may begin (None: one start, all of
+        them). Starts that begin only the terminals the grammar lets follow the one just cut
+        keep terminals that never meet in one place from running side by side.
+    """
     names = tuple(t.name for t in terminals)
+    begins = np.ones((1, len(names)), bool) if begins is None else begins
     sizes = np.array([dfas[n].num_states for n in names])
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    table = np.vstack([dfas[n].transitions for n in names])  # all terminals' rows, stacked
+    stacked = np.vstack([dfas[n].transitions for n in names])  # all terminals' rows, stacked
+    byte_class, first_byte = byte_classes(stacked)
+    table = stacked[:, first_byte].astype(np.int32)
     accepting = np.concatenate([dfas[n].accepting for n in names])
-    dead = tuple([DEAD] * len(names))
-    start = tuple(dfas[n].start for n in names)
-    # The start is keyed apart from its tuple: reading back into the start tuple is not a cut.
-    ids = {dead: 0}
-    order = [dead, start]
-    rows = []
-    i = 0
-    while i < len(order):
-        current = np.asarray(order[i]) + offsets
-        successors = table[current].T  # [256, n]: the next tuple of local states per byte
-        row = []
-        for succ in map(tuple, successors.tolist()):
-            if succ not in ids:
-                if len(order) % CHECK_EVERY == 0:
-                    charge_states(len(order) + 1, "the lexer (the terminals' product automaton)")
-                    check_time()
-                ids[succ] = len(order)
-                order.append(succ)
-            row.append(ids[succ])
-        rows.append(row)
-        i += 1
-    states = np.asarray(order) + offsets
+    local_starts = np.array([dfas[n].start for n in names])
+    # Starts are keyed apart from their tuples: reading back into a start tuple is not a cut.
+    order = [np.zeros((1, len(names)), np.int32), np.where(begins, local_starts, DEAD).astype(np.int32)]
+    ids = {order[0][0].tobytes(): 0}
+    rows, frontier, first = [], order[1], 1
+    while len(frontier):
+        check_time()
+        successors = table[frontier + offsets].transpose(0, 2, 1).reshape(-1, len(names))
+        inverse = row_groups(successors)
+        distinct = np.empty_like(successors[: int(inverse.max()) + 1])
+        distinct[inverse] = successors
+        found, new = np.empty(len(distinct), np.int64), []
+        for j, key in enumerate(map(bytes, distinct)):
+            if key not in ids:
+                ids[key] = first + len(frontier) + len(new)
+                new.append(j)
+            found[j] = ids[key]
+        rows.append(found[inverse].reshape(len(frontier), -1))
+        first += len(frontier)
+        frontier = distinct[new]
+        order.append(frontier)
+        charge_states(first + len(frontier), "the lexer (the terminals' product automaton)")
+    local = np.concatenate(order)
+    states = local + offsets
+    transitions = np.concatenate([np.zeros((1, len(first_byte)), np.int64), *rows])
     return Lexer(
         terminals=names,
-        transitions=np.asarray(rows, np.int32),
-        ends=accepting[states],
-        alive=(np.asarray(order) != DEAD),
+        transitions=transitions[:, byte_class].astype(np.int32),
+        ends=accepting[states] & (local != DEAD),
+        alive=local != DEAD,
         start=1,
+        starts=np.arange(1, 1 + len(begins), dtype=np.int32),
     )

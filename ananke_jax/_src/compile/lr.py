@@ -128,9 +128,10 @@ def _describe(conflict, grammar: Grammar) -> str:
     return f"  {kinds} conflict before terminal {lookahead}: reduce by {alternatives}"
 
 
-def terminal_follow(grammar: Grammar, terminals: tuple[str, ...]) -> np.ndarray:
-    """bool[T, T]: terminal b can come right after terminal a in some sentence (columns as in
-    ``terminals``; ignored terminals are not part of the rules and do not count)."""
+def terminal_follow(grammar: Grammar, terminals: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Which terminals may begin a sentence, bool[T], and which may come right after terminal a
+    in some sentence, bool[T, T] (columns as in ``terminals``; ignored terminals are not part of
+    the rules and do not count)."""
     column = {name: j for j, name in enumerate(terminals)}
     nullable: set[str] = set()
     first: dict[str, set[str]] = {n: set() for n in grammar.nonterminals}
@@ -165,4 +166,6 @@ def terminal_follow(grammar: Grammar, terminals: tuple[str, ...]) -> np.ndarray:
                 elif not targets <= follow[s]:
                     follow[s] |= targets
                     changed = True
-    return after
+    begins = np.zeros(len(terminals), bool)
+    begins[[column[t] for t in first[grammar.start]]] = True
+    return begins, after

@@ -12,11 +12,10 @@ parser step on the device.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
 
 import numpy as np
 
-from ananke_jax._src.compile.arrays import stack_padded
+from ananke_jax._src.compile.arrays import concatenated_ranges, padded_groups, sorted_unique, stack_padded, unique_first_inverse
 from ananke_jax._src.compile.budget import check_time
 
 
@@ -52,6 +51,45 @@ class OutcomeTries:
     lanes: int
 
 
+class Paths:
+    """Sequences of LR columns, interned: path 0 is empty, path i is path ``parent[i]`` and then
+    column ``column[i]``, ``depth[i]`` columns long."""
+
+    def __init__(self, num_columns: int):
+        self.num_columns = num_columns
+        self.index: dict[int, int] = {}
+        self.parent, self.column, self.depth = [0], [-1], [0]
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+    def child(self, paths: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        """int64[N]: the paths ``paths`` (int64[N]) each extended by its column (all >= 0)."""
+        check_time()
+        keys = paths.astype(np.int64) * self.num_columns + columns
+        distinct, _, inverse = unique_first_inverse(keys)
+        ids = np.empty(len(distinct), np.int64)
+        for j, key in enumerate(distinct.tolist()):
+            found = self.index.get(key)
+            if found is None:
+                found = self.index[key] = len(self.parent)
+                parent = key // self.num_columns
+                self.parent.append(parent)
+                self.column.append(key % self.num_columns)
+                self.depth.append(self.depth[parent] + 1)
+            ids[j] = found
+        return ids[inverse]
+
+    def of_rows(self, columns: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """int64[N]: the path of each row of ``columns`` (int[N, M]), its first ``lengths``
+        entries; every prefix gets a path too."""
+        paths = np.zeros(len(lengths), np.int64)
+        for k in range(columns.shape[1]):
+            longer = np.flatnonzero(lengths > k)
+            paths[longer] = self.child(paths[longer], columns[longer, k])
+        return paths
+
+
 def outcome_tries(
     state_outcomes: np.ndarray,
     terminals: np.ndarray,
@@ -64,6 +102,9 @@ def outcome_tries(
 ) -> OutcomeTries:
     """Build the tries.
 
+    A trie node is a (lexer state, path) pair: the nodes of a state are the paths its outcomes,
+    their lookaheads and its completions need, with all their prefixes, numbered breadth first.
+
     Args:
       state_outcomes: int32[Q, P], the outcomes of each lexer state (padded -1).
       terminals, lengths, lexer_after: per outcome, its LR columns (int32[O, M]), how many,
@@ -74,95 +115,65 @@ def outcome_tries(
       max_lanes: the most nodes in one chunk.
     """
     num_states, width = state_outcomes.shape
-    sequences = [row[:n] for row, n in zip(terminals.tolist(), lengths.tolist())]
-    lookahead_columns = [[] if free else np.flatnonzero(row).tolist() for row, free in zip(pending, pending_free.tolist())]
-    after_of = lexer_after.tolist()
-    tries = []
-    for q in range(num_states):
-        check_time()
-        building = _Trie()
-        outcomes = state_outcomes[q][state_outcomes[q] >= 0].tolist()
-        ends = [building.path(sequences[o]) for o in outcomes]
-        lookaheads = [[building.node(at, col) for col in lookahead_columns[after_of[o]]] for at, o in zip(ends, outcomes)]
-        finals = [building.path(sequence) for sequence in completions[q]]
-        tries.append(building.breadth_first(ends, lookaheads, finals))
+    paths = Paths(pending.shape[1])
+    outcome_path = paths.of_rows(terminals, lengths)
+    pair_q, pair_p = np.nonzero(state_outcomes >= 0)
+    pair_outcome = state_outcomes[pair_q, pair_p]
+    pair_after = lexer_after[pair_outcome]
+    end_path = outcome_path[pair_outcome]
+    look_pair, look_column = np.nonzero(pending[pair_after] & ~pending_free[pair_after][:, None])
+    look_path = paths.child(end_path[look_pair], look_column)
+    final_q = np.repeat(np.arange(num_states), [len(c) for c in completions])
+    final_rows = [row for rows in completions for row in rows]
+    final_path = paths.of_rows(stack_padded(final_rows, -1, np.int64), np.array([len(r) for r in final_rows], np.int64))
 
-    widest_level = max(trie.widest_level for trie in tries)
-    lanes = int(min(max_lanes, 1 << max(0, widest_level - 1).bit_length()))
-    parents = [trie.parents for trie in tries]
-    nodes = max(1, max(map(len, parents))) + lanes
-    chunk_start, num_chunks, node_chunk = chunk_layout(parents, lanes, nodes)
-    looks = max(1, max((len(x) for trie in tries for x in trie.lookaheads), default=1))
-    lookahead = np.full((num_states, width, looks), -1, np.int32)
-    for q, trie in enumerate(tries):
-        for p, row in enumerate(trie.lookaheads):
-            lookahead[q, p, : len(row)] = row
-    after = [lexer_after[row[row >= 0]] for row in state_outcomes]
+    # Every (state, path) node with its prefixes, numbered breadth first within its state.
+    parent, column, depth = (np.asarray(x, np.int64) for x in (paths.parent, paths.column, paths.depth))
+    key = lambda q, path: q.astype(np.int64) * len(parent) + path
+    keys = sorted_unique(np.concatenate([key(pair_q, end_path), key(pair_q[look_pair], look_path), key(final_q, final_path)]))
+    keys = keys[keys % len(parent) > 0]
+    frontier = keys
+    while len(frontier := frontier[parent[frontier % len(parent)] > 0]):
+        frontier = sorted_unique(key(frontier // len(parent), parent[frontier % len(parent)]))
+        frontier = frontier[~np.isin(frontier, keys, assume_unique=True)]
+        keys = np.union1d(keys, frontier)
+    node_q, node_path = keys // len(parent), keys % len(parent)
+    order = np.lexsort((node_path, depth[node_path], node_q))
+    first_of_state = np.searchsorted(node_q[order], np.arange(num_states + 1))
+    rank = np.empty(len(keys), np.int64)
+    rank[order] = np.arange(len(keys)) - first_of_state[node_q[order]]
+    node = lambda q, path: np.where(path > 0, rank[np.searchsorted(keys, key(q, path))], -1)
+
+    state_parents = np.split(node(node_q, parent[node_path])[order], first_of_state[1:-1])
+    state_columns = np.split(column[node_path][order], first_of_state[1:-1])
+    level_sizes = np.bincount(node_q * (int(depth.max()) + 1) + depth[node_path]) if len(keys) else np.ones(1, np.int64)
+    lanes = int(min(max_lanes, 1 << max(0, int(level_sizes.max()) - 1).bit_length()))
+    nodes = max(1, int(np.diff(first_of_state).max(initial=0))) + lanes
+    chunk_start, num_chunks, node_chunk = chunk_layout(state_parents, lanes, nodes)
+
+    outcome_node = np.full((num_states, width), -1, np.int32)
+    outcome_node[pair_q, pair_p] = node(pair_q, end_path)
+    look_rank = concatenated_ranges(np.zeros(len(pair_q), np.int64), np.bincount(look_pair, minlength=len(pair_q)))
+    lookahead = np.full((num_states, width, max(1, int(look_rank.max(initial=0)) + 1)), -1, np.int32)
+    lookahead[pair_q[look_pair], pair_p[look_pair], look_rank] = node(pair_q[look_pair], look_path)
+    free = np.zeros((num_states, width), bool)
+    free[pair_q, pair_p] = pending_free[pair_after]
+    after = np.full((num_states, width), -1, np.int32)
+    after[pair_q, pair_p] = pair_after
+    final_node = node(final_q, final_path)
     return OutcomeTries(
-        node_parent=stack_padded(parents, -1, np.int32, nodes),
-        node_column=stack_padded([trie.columns for trie in tries], 0, np.int32, nodes),
+        node_parent=stack_padded(state_parents, -1, np.int32, nodes),
+        node_column=stack_padded(state_columns, 0, np.int32, nodes),
         chunk_start=chunk_start,
         num_chunks=num_chunks,
         node_chunk=node_chunk,
-        outcome_node=stack_padded([trie.ends for trie in tries], -1, np.int32, width),
+        outcome_node=outcome_node,
         outcome_lookahead=lookahead,
-        outcome_free=stack_padded([pending_free[a] for a in after], False, bool, width),
-        outcome_lexer=stack_padded(after, -1, np.int32, width),
-        complete_node=stack_padded([trie.finals for trie in tries], -1, np.int32),
+        outcome_free=free,
+        outcome_lexer=after,
+        complete_node=padded_groups(final_q, final_node, num_states),
         lanes=lanes,
     )
-
-
-class _Trie:
-    """A prefix tree of LR columns under construction (node -1 is the root)."""
-
-    def __init__(self):
-        self.index: dict[tuple[int, int], int] = {}
-        self.parent: list[int] = []
-        self.column: list[int] = []
-        self.level: list[int] = []
-
-    def node(self, under: int, col: int) -> int:
-        """The child of ``under`` by ``col``, made if new."""
-        key = (under, col)
-        if key not in self.index:
-            self.index[key] = len(self.parent)
-            self.parent.append(under)
-            self.column.append(col)
-            self.level.append(self.level[under] + 1 if under >= 0 else 1)
-        return self.index[key]
-
-    def path(self, columns: list[int]) -> int:
-        """The node of the sequence ``columns`` (-1 when empty), made if new."""
-        at = -1
-        for col in columns:
-            at = self.node(at, col)
-        return at
-
-    def breadth_first(self, ends, lookaheads, finals) -> _Numbered:
-        """The nodes numbered breadth first, and the given node ids renumbered alike."""
-        order = np.argsort(np.asarray(self.level, np.int64), kind="stable")
-        rank = np.append(np.argsort(order), -1)  # rank[-1]: the root stays -1
-        renumber = lambda ids: rank[np.asarray(ids, np.int64)].tolist() if ids else []
-        return _Numbered(
-            parents=rank[np.asarray(self.parent, np.int64)[order]] if len(order) else np.zeros(0, np.int64),
-            columns=np.asarray(self.column, np.int64)[order],
-            ends=renumber(ends),
-            lookaheads=[renumber(looks) for looks in lookaheads],
-            finals=renumber(finals),
-            widest_level=int(np.bincount(self.level).max(initial=1)) if self.level else 1,
-        )
-
-
-class _Numbered(NamedTuple):
-    """A lexer state's trie, numbered breadth first (parents before children)."""
-
-    parents: np.ndarray
-    columns: np.ndarray
-    ends: list[int]
-    lookaheads: list[list[int]]
-    finals: list[int]
-    widest_level: int
 
 
 NO_CHUNK = np.iinfo(np.int32).max  # the chunk of the padding after a trie's last node

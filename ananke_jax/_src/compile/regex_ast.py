@@ -83,9 +83,11 @@ class Repeat:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Automaton:
-    """A byte DFA as a node (compared by identity)."""
+    """A byte DFA as a node (compared by identity); ``source``, a tree of the same language
+    printed in its place (None: the DFA is printed)."""
 
     dfa: ByteDFA
+    source: Node | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -468,7 +470,8 @@ def to_regex(node: Node) -> str:
     """Python regex text of ``node`` (full match); automata and interleavings are first turned
     into trees."""
     node = rewrite(node, lambda n: Automaton(to_dfa(n)) if isinstance(n, Interleave) else None)
-    return _regex(map_leaves(node, lambda leaf: dfa_to_node(leaf.dfa) if isinstance(leaf, Automaton) else leaf))
+    printed = lambda leaf: leaf.source or dfa_to_node(leaf.dfa)
+    return _regex(map_leaves(node, lambda leaf: printed(leaf) if isinstance(leaf, Automaton) else leaf))
 
 
 def _regex(node: Node) -> str:

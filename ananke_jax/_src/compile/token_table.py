@@ -16,7 +16,7 @@ import numpy as np
 from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, pack_bits, run_starts, unique_first_inverse
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, row_groups
 from ananke_jax._src.compile.budget import check_time
-from ananke_jax._src.compile.token_trie import TokenGroups, TokenTrie, classes_of_hashes, ordinary_token_ids, single_group, vocabulary_trie
+from ananke_jax._src.compile.token_trie import TokenGroups, TokenTrie, classes_of_hashes, single_group, vocabulary_trie
 from ananke_jax._src.compile.unit_loops import UnitLoops, loop_columns
 from ananke_jax._src.vocab import Vocabulary
 
@@ -299,25 +299,43 @@ class Spelling:
 
     Attributes:
       transitions: int32[S, K], the automaton's transitions per byte class.
-      strings: the distinct class strings.
+      trie: the prefix tree of the distinct class strings over the K classes (string i has id i).
       token_ids: int64[N], the ordinary token ids.
-      spelling: int64[N], the index in ``strings`` of each of those tokens.
+      spelling: int64[N], the string of each of those tokens.
     """
 
     transitions: np.ndarray
-    strings: list[bytes]
+    trie: TokenTrie
     token_ids: np.ndarray
     spelling: np.ndarray
 
+    @property
+    def num_strings(self) -> int:
+        return len(self.trie.token_ids)
+
 
 def spell_tokens(transitions: np.ndarray, vocab: Vocabulary) -> Spelling:
-    """Rewrite the ordinary tokens of ``vocab`` over the byte classes of ``transitions`` [S, 256]."""
+    """Rewrite the ordinary tokens of ``vocab`` over the byte classes of ``transitions`` [S, 256].
+
+    The vocabulary's byte prefix tree (cached) has its edges relabelled by class, and the
+    children of a node that get the same label are merged, level by level.
+    """
     byte_class, first_byte = byte_classes(transitions)
-    ids, tokens = ordinary_token_ids(vocab), vocab.tokens
-    translation = bytes(byte_class.astype(np.uint8))  # at most 256 classes
-    index: dict[bytes, int] = {}
-    spelling = np.array([index.setdefault(tokens[i].translate(translation), len(index)) for i in ids.tolist()], np.int64)
-    return Spelling(transitions[:, first_byte], list(index), ids, spelling)
+    num_classes = len(first_byte)
+    raw = vocabulary_trie(vocab)
+    node_of = np.zeros(raw.num_nodes, np.int64)  # the class-string node of each byte-trie node
+    parents, labels = [], []
+    raw_first, first = 1, 1  # the first node id of the current depth in each tree
+    for raw_parents, raw_labels in zip(raw.parents, raw.labels):
+        keys = node_of[raw_parents] * num_classes + byte_class[raw_labels]
+        distinct, _, inverse = unique_first_inverse(keys)
+        parents.append((distinct // num_classes).astype(np.int32))
+        labels.append((distinct % num_classes).astype(np.uint8))
+        node_of[raw_first : raw_first + len(keys)] = first + inverse
+        raw_first, first = raw_first + len(keys), first + len(distinct)
+    nodes, _, spelling = unique_first_inverse(node_of[raw.token_nodes])
+    trie = TokenTrie(tuple(parents), tuple(labels), np.arange(len(nodes), dtype=np.int32), nodes.astype(np.int32))
+    return Spelling(transitions[:, first_byte], trie, raw.token_ids.astype(np.int64), spelling)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
 from ananke_jax._src.compile.token_table import TokenTables, packed_mask_rows, spell_tokens
-from ananke_jax._src.compile.token_trie import build_trie, ordinary_token_ids, walk_tokens
+from ananke_jax._src.compile.token_trie import ordinary_token_ids, walk_tokens
 from ananke_jax._src.errors import FusionError
 from ananke_jax._src.vocab import Vocabulary
 
@@ -128,7 +128,7 @@ def walk_to_trigger(triggers: Sequence[bytes], vocab: Vocabulary) -> TriggerWalk
 
     After a match the walk counts the bytes left in the token (states ``A + 1 + k``), so the
     end state gives the tail's length; tokens spelling equal byte-class strings share the walk
-    (`spell_tokens`, `build_trie`, `walk_tokens`).
+    (`spell_tokens`, `walk_tokens`).
     """
     transitions, match = aho_corasick(triggers)
     waiting = np.flatnonzero(match < 0)[1:]  # without the dead row 0; ROOT comes first
@@ -143,8 +143,8 @@ def walk_to_trigger(triggers: Sequence[bytes], vocab: Vocabulary) -> TriggerWalk
     table[matched:] = np.minimum(np.arange(matched + 1, matched + longest + 2), matched + longest)[:, None]
 
     spelled = spell_tokens(table, vocab)
-    trie = build_trie(spelled.strings, list(range(len(spelled.strings))))
-    per_string = np.empty((num_waiting, len(spelled.strings)), np.int32)
+    trie = spelled.trie
+    per_string = np.empty((num_waiting, spelled.num_strings), np.int32)
     per_string[:, trie.token_ids] = walk_tokens(trie, spelled.transitions, np.arange(1, matched))
     ends = per_string[:, spelled.spelling]
     after = ends.copy()
