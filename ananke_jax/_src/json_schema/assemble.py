@@ -172,7 +172,9 @@ class _Writer:
 
 def _has_automaton(node) -> bool:
     """Whether printing ``node`` turns an automaton into a regex (slow on large ones)."""
-    if isinstance(node, (rx.Automaton, rx.Interleave)):
+    if isinstance(node, rx.Automaton):
+        return node.source is None
+    if isinstance(node, rx.Interleave):
         return True
     if isinstance(node, rx.Repeat):
         return _has_automaton(node.body)

@@ -109,6 +109,8 @@ class SchemaCompiler(Combinators, Negation, Scalars, Arrays, Objects):
         flat = self.flatten(schema, pointer)
         if flat is False:
             return rx.NOTHING
+        if not set(flat) & ASSERTIONS and ANY_OF not in flat:  # nothing asserted: share the rule
+            return self.any_value(depth)
         alternatives = flat.get(ANY_OF, [])
         if len(alternatives) == 1 and not set(flat) & ASSERTIONS:  # keep each branch's own rules
             return rx.alt(*[self.value(b, pointer, depth) for b in alternatives[0]])

@@ -39,8 +39,10 @@ def _escape(cp: int) -> str:
 CANONICAL_UNIT = rx.alt(rx.Chars(_RAW), *[rx.Text(_escape(cp)) for cp in _ESCAPED])
 
 
+@functools.lru_cache(maxsize=64)
 def spelled(value: rx.Node) -> rx.Node:
-    """The canonical JSON spellings (without quotes) of the strings in ``value``.
+    """The canonical JSON spellings (without quotes) of the strings in ``value``, kept per
+    process (formats recur across schemas).
 
     Raises:
       ValueError: ``value`` holds an `Automaton` node (escape before combining automata).
@@ -49,6 +51,8 @@ def spelled(value: rx.Node) -> rx.Node:
 
 
 def _spelled_leaf(value: rx.Node) -> rx.Node:
+    if isinstance(value, rx.Chars) and all(any(a <= lo and hi <= b for a, b in _RAW) for lo, hi in value.ranges):
+        return value  # nothing to escape
     if isinstance(value, rx.Chars):
         ranges = [(max(lo, a), min(hi, b)) for lo, hi in value.ranges for a, b in _RAW if max(lo, a) <= min(hi, b)]
         escapes = [rx.Text(_escape(cp)) for cp in _ESCAPED if any(lo <= cp <= hi for lo, hi in value.ranges)]
@@ -87,7 +91,7 @@ def string_body(min_length: int, max_length: int | None, values: list[rx.Node], 
     if dfa is None:
         return rx.repeat(ANY_UNIT, min_length, max_length)
     if len(values) == 1 and (min_length, max_length) == (0, None):
-        return spelled(values[0])
+        return rx.Automaton(dfa, source=spelled(values[0]))  # built once, printed as the tree
     if (min_length, max_length) != (0, None):
         dfa = rx.intersect(dfa, _canonical_length_dfa(min_length, max_length))
     return rx.Automaton(dfa) if dfa.start else rx.NOTHING
