@@ -366,14 +366,13 @@ def _product(a: ByteDFA, b: ByteDFA, accept) -> ByteDFA:
         after = moves_a[x] * width + moves_b[y]
         after[moves_a[x] == DEAD] = DEAD
         targets, inverse = np.unique(after, return_inverse=True)
-        for key in targets.tolist():
-            if key not in ids:
-                ids[key] = len(keys)
-                keys.append(key)
+        fresh = [key for key in targets.tolist() if key not in ids]
+        charge_states(len(keys) + len(fresh), "a product of two automata")  # before the level is kept
+        check_time()
+        ids.update(zip(fresh, range(len(keys), len(keys) + len(fresh))))
+        keys += fresh
         rows.append(np.asarray([ids[key] for key in targets.tolist()], np.int32)[inverse.reshape(after.shape)])
         done = len(level) + done
-        charge_states(len(keys), "a product of two automata")
-        check_time()
     pairs = np.asarray(keys)
     accepting = accept(a.accepting[pairs // width], b.accepting[pairs % width])
     return minimise(np.concatenate(rows), accepting, start=1, byte_class=byte_class.astype(np.int32))
