@@ -64,6 +64,8 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 # Most of the suite's time is XLA compiling programs that then run a few steps: without XLA's
 # expensive optimisation passes (which change speed, not results) the suite takes about 15% less.
 jax.config.update("jax_disable_most_optimizations", True)
+# The same for the subprocesses that tests start (the command line, exports, sharded runs).
+os.environ.update(JAX_COMPILATION_CACHE_DIR=_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5", JAX_DISABLE_MOST_OPTIMIZATIONS="1")
 
 
 @pytest.fixture(autouse=True)
