@@ -89,4 +89,18 @@ DATES = grammar(
     {"DATE": r'"[0-9]{2}-[0-9]{2}"', "WORD": r'"[a-z0-9-]*"', "LB": r"\[", "RB": r"\]", "COMMA": ","},
     "s",
 )
-DATES_TOKENS = [b"<eos>", *[bytes([c]) for c in b'"-0129ab[],'], b'"1', b"12", b"2-", b'-0"', b'","', b'"]', b'["', b'a-', b'0"', b'["1', b'9-9"']
+DATES_TOKENS = [
+    b"<eos>",
+    *[bytes([c]) for c in b'"-0129ab[],'],
+    b'"1',
+    b"12",
+    b"2-",
+    b'-0"',
+    b'","',
+    b'"]',
+    b'["',
+    b"a-",
+    b'0"',
+    b'["1',
+    b'9-9"',
+]
