@@ -17,6 +17,7 @@ import numpy as np
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile import utf8
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, is_finite, minimise
+from ananke_jax._src.compile.budget import charge_states
 from ananke_jax._src.compile.unit_loops import UnitLanguage
 
 _SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
@@ -125,18 +126,19 @@ def _canonical_length_dfa(min_length: int, max_length: int | None):
     local = np.zeros(unit.num_states, np.int64)
     local[inner] = np.arange(len(inner))
     copies = (max_length if max_length is not None else min_length) + 1
+    charge_states(copies * len(inner), "a length-bounded string's automaton")  # before it is built
+    byte_class, first_byte = byte_classes(unit.transitions)  # the copies' classes are the unit's
     k = np.repeat(np.arange(copies), len(inner))[:, None]  # the code points read in each state
-    target = unit.transitions[np.tile(inner, copies)]
+    target = unit.transitions[:, first_byte][np.tile(inner, copies)]
     after = k + 1 if max_length is not None else np.minimum(k + 1, min_length)
     moved = np.where(unit.accepting[target], after * len(inner) + local[unit.start], k * len(inner) + local[target]) + 1
     moved[(target == DEAD) | (after >= copies) & unit.accepting[target]] = DEAD
-    transitions = np.vstack([np.zeros((1, 256), np.int64), moved])
+    transitions = np.vstack([np.zeros((1, len(first_byte)), np.int64), moved])
     reads = np.arange(copies)
     accepting = np.zeros(len(transitions), bool)
     accepting[reads * len(inner) + local[unit.start] + 1] = reads >= min_length
-    byte_class, first_byte = byte_classes(transitions)
     start = local[unit.start] + 1
-    return minimise(transitions[:, first_byte].astype(np.int32), accepting, start=int(start), byte_class=byte_class.astype(np.int32))
+    return minimise(transitions.astype(np.int32), accepting, start=int(start), byte_class=byte_class.astype(np.int32))
 
 
 @functools.cache
