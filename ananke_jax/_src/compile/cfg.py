@@ -87,10 +87,12 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
     spelled = spell_tokens(lexer.transitions, vocab)
     walk = _walk_outcomes(lexer, spelled.transitions, spelled.trie, lr_column, follow, lexer.starts[start_of_context])
     q, string, outcome, terminals, lengths, lexer_after = walk
-    present = np.zeros((lexer.num_states, len(lengths)), bool)
-    present[q, outcome] = True
-    state_q, state_outcome = np.nonzero(present)
-    local = (np.cumsum(present, axis=1) - 1)[q, outcome]  # the outcome's index in its state's row
+    # The (state, outcome) pairs that occur, sorted; an outcome's local index is its rank in its
+    # state's row (a dense [Q, O] table of them took gigabytes on large lexers).
+    keys = q * len(lengths) + outcome
+    pairs = sorted_unique(keys)
+    state_q, state_outcome = pairs // len(lengths), pairs % len(lengths)
+    local = np.searchsorted(pairs, keys) - np.searchsorted(state_q, q)
     group_q, group_string, set_of_group, set_members = _outcome_sets(q, string, local)
 
     # Strings whose outcome sets agree in every lexer state form a class. The (state, string)
