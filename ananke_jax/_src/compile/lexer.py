@@ -28,21 +28,23 @@ class Lexer:
         read since the last cut".
       ends: bool[Q, n], the bytes since the last cut form terminal i.
       alive: bool[Q, n], they are a prefix of terminal i.
-      start: the state before any input.
-      starts: int32[K], the start states, one per set of terminals that may begin after a cut
-        (``start`` is the first).
+      starts: int32[K], the start states, one per set of terminals that may begin after a cut;
+        the first is the state before any input (``start``).
     """
 
     terminals: tuple[str, ...]
     transitions: np.ndarray
     ends: np.ndarray
     alive: np.ndarray
-    start: int
     starts: np.ndarray
 
     @property
     def num_states(self) -> int:
         return self.transitions.shape[0]
+
+    @property
+    def start(self) -> int:
+        return int(self.starts[0])
 
 
 def without_empty_terminals(grammar: Grammar) -> tuple[Grammar, dict[str, ByteDFA]]:
@@ -136,6 +138,5 @@ def build_lexer(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDFA], be
         transitions=transitions[:, byte_class].astype(np.int32),
         ends=accepting[states] & (local != DEAD),
         alive=local != DEAD,
-        start=1,
         starts=np.arange(1, 1 + len(begins), dtype=np.int32),
     )
