@@ -2,6 +2,10 @@
 
 import os
 
+# XLA:CPU's fusion emitters take about 40% longer to compile the suite's programs, most of which
+# run a few steps; subprocesses (servers, the command line, sharded runs) inherit the flag.
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_use_fusion_emitters=false".strip()
+
 import jax
 import pytest
 

@@ -95,7 +95,7 @@ def test_exported_constrained_step_runs_on_reloaded_tables(tmp_path):
 def test_batch_sharded_over_eight_devices_equals_the_unsharded_run():
     script = """
         import os
-        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+        os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"  # after tests/conftest.py's flags
         import json, sys
         sys.path.insert(0, sys.argv[1])
         import jax, numpy as np

@@ -65,8 +65,8 @@ def test_the_tool_call_reply_is_accepted_and_parsed_back():
 
 @pytest.fixture(scope="module")
 def server():
-    """``ananke-jax serve`` as the README starts it, with fewer and shorter slots to warm up sooner."""
-    with serve("--slots", "2", "--max-len", "128") as (_, url):
+    """``ananke-jax serve`` as the README starts it, with fewer and shorter slots and one prefill bucket, to warm up sooner."""
+    with serve("--slots", "2", "--max-len", "128", "--prefill-buckets", "128") as (_, url):
         yield url.removeprefix("http://")
 
 

@@ -178,28 +178,33 @@ def _generate(cg, key, bias, steps, params):
 
 @pytest.mark.xla_optimized
 @pytest.mark.slow
-@pytest.mark.parametrize("pattern", REGEXES[::2])
-def test_random_logit_generation_under_jit_and_scan_matches_re(pattern, real_vocab):
+def test_random_logit_generation_under_jit_and_scan_matches_re(real_vocab):
+    """Every second pattern, stacked in one bank: one jitted scan, vmapped over the bank's rows
+    and 12 keys each, generates for all of them (one compilation)."""
     _, vocab, _ = real_vocab
-    cg, _ = _compiled(pattern, vocab)
-    generate = jax.jit(jax.vmap(_generate, in_axes=(None, 0, None, None, None)), static_argnums=(3, 4))
+    patterns = REGEXES[::2]
+    bank = aj.stack_grammars([_compiled(p, vocab)[0] for p in patterns])
+    per_row = jax.vmap(_generate, in_axes=(None, 0, None, None, None))
+    generate = jax.jit(jax.vmap(per_row, in_axes=(0, 0, None, None, None)), static_argnums=(3, 4))
     params = aj.SamplingParams(temperature=1.0)
     bias = np.zeros(vocab.logits_width, np.float32)
     bias[list(vocab.eos_token_ids)] = 6.0
-    tokens, done, states = generate(cg, jax.random.split(jax.random.key(0), 12), bias, 64, params)
+    keys = jax.random.split(jax.random.key(0), (len(patterns), 12))
+    tokens, done, states = jax.device_get(generate(bank, keys, bias, 64, params))
     eos = vocab.eos_token_ids[0]
-    finished = 0
-    for row, is_done, node in zip(np.asarray(tokens), np.asarray(done), np.asarray(states.node)):
-        ids = [int(t) for t in row if t >= 0]
-        assert node != 0, "generation never enters the error state"
-        if is_done:
-            assert ids[-1] == eos
-            text = b"".join(vocab.token_bytes(t) for t in ids[:-1]).decode("utf-8")
-            assert re.fullmatch(pattern, text, re.ASCII), (pattern, text)
-            finished += 1
-        else:
-            assert _partial_ok(pattern, b"".join(vocab.token_bytes(t) for t in ids)) is not False
-    assert finished >= 1
+    for pattern, rows, row_done, nodes in zip(patterns, tokens, done, states.node):
+        finished = 0
+        for row, is_done, node in zip(rows, row_done, nodes):
+            ids = [int(t) for t in row if t >= 0]
+            assert node != 0, f"{pattern!r}: generation never enters the error state"
+            if is_done:
+                assert ids[-1] == eos
+                text = b"".join(vocab.token_bytes(t) for t in ids[:-1]).decode("utf-8")
+                assert re.fullmatch(pattern, text, re.ASCII), (pattern, text)
+                finished += 1
+            else:
+                assert _partial_ok(pattern, b"".join(vocab.token_bytes(t) for t in ids)) is not False
+        assert finished >= 1, pattern
 
 
 def test_jit_vmap_and_eager_agree(tekken_vocab):

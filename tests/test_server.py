@@ -64,8 +64,8 @@ def _schema(i: int) -> dict:
 
 @pytest.fixture(scope="module")
 def server_process(smollm2_gguf):
-    options = ["--model", "tiny", "--slots", "4", "--max-len", "384", "--api-key", KEY, "--compile-seconds", "4"]
-    with serve(*options, "--max-grammar-bytes", "20000", "--max-body-bytes", "100000") as running:
+    options = ["--model", "tiny", "--slots", "4", "--max-len", "384", "--prefill-buckets", "64,384", "--api-key", KEY]
+    with serve(*options, "--compile-seconds", "4", "--max-grammar-bytes", "20000", "--max-body-bytes", "100000") as running:
         yield running
 
 

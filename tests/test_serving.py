@@ -200,34 +200,37 @@ def test_a_dead_end_ends_the_request_with_constraint_error(engine):
     assert VOCAB.decode(tokens) in ("ab", "cd", "a", "c", "")
 
 
+def _sharding_requests():
+    return [
+        ((np.arange(1, 4 + i % 3), aj.compile_regex(f"[a-z]{{2,{3 + i}}}", VOCAB)), {"max_new_tokens": 12, "seed": i}) for i in range(12)
+    ]
+
+
 @pytest.mark.slow
-def test_engine_sharded_over_eight_devices_equals_one_device():
+def test_engine_sharded_over_eight_devices_equals_one_device(engine):
+    """Eight slots sharded over eight (host) devices, in a subprocess, write each request's
+    tokens as this process's engine of four unsharded slots does: a request's tokens depend on
+    its prompt, constraint and seed only."""
     script = textwrap.dedent(
         """
         import os
-        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+        os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"  # after tests/conftest.py's flags
         import json, sys
         sys.path.insert(0, sys.argv[1])
         import jax, numpy as np
-        import ananke_jax as aj
         from ananke_jax import serving
-        from test_serving import CAPACITY, MAX_LEN, PARAMS, STEP, VOCAB, _run
+        from test_serving import CAPACITY, MAX_LEN, PARAMS, STEP, VOCAB, _run, _sharding_requests
         assert len(jax.devices()) == 8
         mesh = jax.sharding.Mesh(np.array(jax.devices()), ("slots",))
-        out = []
-        for m in (None, mesh):
-            pool = serving.GrammarPool(len(VOCAB), VOCAB.logits_width, VOCAB.eos_token_ids, CAPACITY)
-            engine = serving.Engine(STEP, PARAMS, VOCAB, slots=8, max_len=MAX_LEN, pool=pool, prefill_buckets=(8,), mesh=m)
-            if m is not None:
-                assert len(engine._slots.pending.sharding.device_set) == 8
-            before = engine.compilations
-            reqs = [((np.arange(1, 4 + i % 3), aj.compile_regex("[a-z]{2,%d}" % (3 + i), VOCAB)), {"max_new_tokens": 12, "seed": i}) for i in range(12)]
-            out.append([[t, r] for t, r in _run(engine, reqs)])
-            assert engine.compilations == before
+        pool = serving.GrammarPool(len(VOCAB), VOCAB.logits_width, VOCAB.eos_token_ids, CAPACITY)
+        engine = serving.Engine(STEP, PARAMS, VOCAB, slots=8, max_len=MAX_LEN, pool=pool, prefill_buckets=(8,), mesh=mesh)
+        assert len(engine._slots.pending.sharding.device_set) == 8
+        out = [[t, r] for t, r in _run(engine, _sharding_requests())]
+        assert engine.compilations == 0
         print(json.dumps(out))
         """
     )
     run = subprocess.run([sys.executable, "-c", script, str(pathlib.Path(__file__).parent)], capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
-    plain, sharded = json.loads(run.stdout.strip().splitlines()[-1])
-    assert plain == sharded
+    sharded = json.loads(run.stdout.strip().splitlines()[-1])
+    assert [[t, r] for t, r in _run(engine, _sharding_requests())] == sharded

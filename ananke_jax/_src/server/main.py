@@ -43,11 +43,25 @@ def add_serve_command(commands) -> None:
     p.add_argument("--pool", default="default", choices=("small", "default", "large"), help="grammar pool capacity preset")
     p.add_argument("--steps-per-call", type=int, default=1, help="decode steps per device call")
     p.add_argument(
+        "--prefill-buckets", type=_lengths, help="prompt lengths compiled for prefill, e.g. 64,256 (default: 16, 32, ..., --max-len)"
+    )
+    p.add_argument(
         "--compilation-cache", default=os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "ananke-jax", "xla"),
         help="directory where XLA keeps the engine's compiled programs across restarts ('' for none)",
     )  # fmt: skip
     p.add_argument("--log-level", default="info")
     p.set_defaults(run=serve_command)
+
+
+def _lengths(text: str) -> tuple[int, ...]:
+    """Comma-separated positive integers."""
+    try:
+        lengths = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        lengths = ()
+    if not lengths or min(lengths) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return lengths
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -89,6 +103,7 @@ def serve_command(args: argparse.Namespace) -> int:
         cache_size=args.cache_size,
         pool=args.pool,
         steps_per_call=args.steps_per_call,
+        prefill_buckets=args.prefill_buckets,
     )
     print(f"ready in {time.perf_counter() - start:.1f} s: {model.name} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     uvicorn.run(create_app(service, args.api_key), host=args.host, port=args.port, log_level=args.log_level)

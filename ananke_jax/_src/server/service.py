@@ -90,7 +90,8 @@ def _tool_style(template: str, smollm2: bool) -> str:
 
 
 class Service:
-    """The model in an `Engine` of ``slots`` rows of ``max_len`` positions, ``compile_workers``
+    """The model in an `Engine` of ``slots`` rows of ``max_len`` positions (prompts padded to
+    ``prefill_buckets``: `Engine`'s), ``compile_workers``
     processes compiling grammars behind a cache of ``cache_size`` constraints, and the metrics.
     Made once per server; `close` stops its threads and processes."""
 
@@ -105,12 +106,22 @@ class Service:
         cache_size: int = 256,
         pool: str = "default",
         steps_per_call: int = 1,
+        prefill_buckets: tuple[int, ...] | None = None,
     ):
         self.model, self.limits, self.metrics = model, limits, Metrics()
         vocab = model.vocab
         workers = CompileWorkers(vocab, compile_workers, limits.compile, on_compiled=self.metrics.compile_seconds.observe)
         grammar_pool = GrammarPool(len(vocab), vocab.logits_width, vocab.eos_token_ids, pool)
-        self.engine = Engine(model.step_fn, model.params, vocab, slots, max_len, pool=grammar_pool, steps_per_call=steps_per_call)
+        self.engine = Engine(
+            model.step_fn,
+            model.params,
+            vocab,
+            slots,
+            max_len,
+            pool=grammar_pool,
+            steps_per_call=steps_per_call,
+            prefill_buckets=prefill_buckets,
+        )
         workers.wait_ready()
         self.cache = GrammarCache(workers, cache_size)
         self.metrics.cache = self.cache
