@@ -21,12 +21,13 @@ from ananke_jax._src.compile.token_table import token_columns
 from ananke_jax._src.compile.token_trie import single_group, vocabulary_trie
 from ananke_jax._src.compile.unit_loops import expand_unit_loops, loop_columns
 from ananke_jax._src.json_schema import numbers, strings
-from ananke_jax._src.json_schema.api import json_schema_rules
-from ananke_jax._src.json_schema.assemble import inline
+from ananke_jax._src.json_schema.api import compile_in_pieces, json_schema_rules
+from ananke_jax._src.json_schema.assemble import inline, to_grammar
 from ananke_jax._src.json_schema.gaps import expand_gaps, with_bounded_gaps
 
 from earley import EarleyRecogniser
 from json_schemas import EXAMPLES, RECURSIVE, REGULAR
+from oracles import unpack
 from schema_suite import Walker
 from test_pushdown import _accepts as _accepts_state
 from test_pushdown import _advance, _mask
@@ -123,6 +124,33 @@ def test_examples_are_valid_and_accepted_token_by_token(name, sentencepiece_voca
         assert bool(aj.is_allowed(_mask(cg, state), token)), (text, sentencepiece_vocab.token_bytes(token))
         state = _advance(cg, state, token)
     assert bool(_accepts_state(cg, state)), text
+
+
+@pytest.mark.parametrize(
+    "name", ["person", *[pytest.param(n, marks=pytest.mark.slow) for n in ("nested_record", "network", "tool_choice")]]
+)
+def test_a_schema_split_into_small_terminals_allows_what_its_token_dfa_allows(name, sentencepiece_vocab):
+    """The route of a schema whose automaton would be too large: the pushdown engine, the
+    schema's pieces split along its tree into terminals of at most 100 NFA states (formats stay
+    whole; network's split has LR conflicts, so it is compiled coarser). Whole masks, EOS
+    included, equal the token DFA's along random walks."""
+    rules = json_schema_rules(REGULAR[name])
+    assert len(to_grammar(rules, set(), max_terminal=100).terminals) > 5
+    split = compile_in_pieces(rules, sentencepiece_vocab, 100, stack_depth=64, max_configs=8)
+    whole = aj.compile_json_schema(REGULAR[name], sentencepiece_vocab)
+    assert isinstance(split, aj.PushdownGrammar) and isinstance(whole, aj.RegularGrammar)
+    rng = np.random.default_rng(5)
+    eos = sentencepiece_vocab.eos_token_ids
+    for _ in range(6):
+        state, reference = split.init_state(), whole.init_state()
+        for _ in range(40):
+            allowed = unpack(_mask(whole, reference))
+            np.testing.assert_array_equal(unpack(_mask(split, state)), allowed)
+            choices = [t for t in np.flatnonzero(allowed[: len(sentencepiece_vocab)]) if t not in eos]
+            if not choices:
+                break
+            token = int(rng.choice(choices))
+            state, reference = _advance(split, state, token), _advance(whole, reference, token)
 
 
 def _dfa(schema, **options):

@@ -17,6 +17,10 @@ class GrammarError(AnankeError):
         self.pointer = pointer
 
 
+class ConflictError(GrammarError):
+    """A grammar is not LALR(1): the pushdown engine's parse tables would hold a conflict."""
+
+
 class BudgetError(GrammarError):
     """A compile went past its `CompileBudget`; ``budget`` names the limit (``"max_states"``,
     ``"max_table_bytes"`` or ``"max_seconds"``), as the message does."""

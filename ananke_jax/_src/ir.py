@@ -9,6 +9,7 @@ substituted by their regular languages; no lexer priorities apply. Terminals lis
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Iterable
 
@@ -65,8 +66,8 @@ class Grammar:
             symbols, an undefined start or ignored terminal, unused rules or terminals, or rules
             that derive no string (an empty language when it is the start rule).
         """
-        names = [t.name for t in self.terminals]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
+        names = collections.Counter(t.name for t in self.terminals)
+        duplicates = sorted(n for n, count in names.items() if count > 1)
         if duplicates:
             raise GrammarError(f"terminals defined twice: {', '.join(duplicates)}")
         terminals, nonterminals = self.terminal_names, set(self.nonterminals)
@@ -104,10 +105,13 @@ class Grammar:
         return frozenset(done - self.terminal_names)
 
     def _reachable(self) -> set[str]:
+        expansions: dict[str, list[tuple[str, ...]]] = {}
+        for r in self.rules:
+            expansions.setdefault(r.origin, []).append(r.expansion)
         seen, stack = {self.start}, [self.start]
         while stack:
-            for r in self.rules_of(stack.pop()):
-                for s in r.expansion:
+            for expansion in expansions.get(stack.pop(), ()):
+                for s in expansion:
                     if s not in seen:
                         seen.add(s)
                         stack.append(s)

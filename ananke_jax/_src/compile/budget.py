@@ -72,6 +72,11 @@ def metered(budget: CompileBudget | None) -> Iterator[None]:
         _meter.reset(token)
 
 
+def within_states(count: int) -> bool:
+    """Whether an automaton of ``count`` states fits the running compile's ``max_states``."""
+    return count <= _meter.get().budget.max_states
+
+
 def charge_states(count: int, what: str) -> None:
     """Refuse an automaton of ``count`` states (``what`` says which, for the message).
 

@@ -14,7 +14,7 @@ from lark.grammar import NonTerminal, Rule, Terminal
 from lark.parsers.lalr_analysis import LALR_Analyzer
 
 from ananke_jax._src.engines.lr import ACCEPT, MAX_RULE_LENGTH, REDUCE, SHIFT
-from ananke_jax._src.errors import GrammarError
+from ananke_jax._src.errors import ConflictError, GrammarError
 from ananke_jax._src.ir import Grammar
 
 END = "$END"
@@ -49,8 +49,8 @@ def lr_tables(grammar: Grammar) -> LRTables:
     """Build LALR(1) tables for ``grammar`` (its ignored terminals are not part of the rules).
 
     Raises:
-      GrammarError: the grammar has LR conflicts (the message names the rules and terminals) or
-        an alternative longer than the engine takes.
+      GrammarError: the grammar has LR conflicts (`ConflictError`; the message names the rules
+        and terminals) or an alternative longer than the engine takes.
     """
     for r in grammar.rules:
         if len(r.expansion) > MAX_RULE_LENGTH:
@@ -59,7 +59,8 @@ def lr_tables(grammar: Grammar) -> LRTables:
             )
     terminal_names = tuple(t.name for t in grammar.terminals if t.name not in grammar.ignore)
     nonterminals = grammar.nonterminals
-    symbol = lambda name: Terminal(name) if name in grammar.terminal_names else NonTerminal(name)
+    all_terminals = grammar.terminal_names
+    symbol = lambda name: Terminal(name) if name in all_terminals else NonTerminal(name)
     lark_rules = [Rule(NonTerminal(r.origin), [symbol(s) for s in r.expansion], order=i) for i, r in enumerate(grammar.rules)]
     analyzer = LALR_Analyzer(ParserConf(lark_rules, {}, [grammar.start]))
     analyzer.compute_lr0_states()
@@ -95,7 +96,7 @@ def lr_tables(grammar: Grammar) -> LRTables:
     # Input is complete once the start symbol has been reduced from the start state.
     kind[goto[start_state, goto_columns[grammar.start]], columns[END]] = ACCEPT
     if conflicts:
-        raise GrammarError("the grammar is not LALR(1):\n" + "\n".join(_describe(c, grammar) for c in conflicts[:10]))
+        raise ConflictError("the grammar is not LALR(1):\n" + "\n".join(_describe(c, grammar) for c in conflicts[:10]))
     return LRTables(
         terminals=terminal_names + (END,),
         nonterminals=nonterminals,

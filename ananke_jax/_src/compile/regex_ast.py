@@ -254,9 +254,10 @@ def to_dfa(node: Node) -> ByteDFA:
     return determinise(builder, Fragment(to_nfa(node, builder, end, {}), end))
 
 
-def nfa_size(node: Node) -> int:
+def nfa_size(node: Node, *, repeated: bool = True) -> int:
     """About how many states `to_nfa` builds for ``node``: a subtree counted once however often
-    it is shared (`to_nfa` mostly builds it once), times the copies of the repeats around it."""
+    it is shared (`to_nfa` mostly builds it once), times the copies of the repeats around it
+    (``repeated=False``: once, the least that pieces of ``node`` add up to)."""
     seen: set[int] = set()
     total = 0
     todo = [(node, 1)]
@@ -266,7 +267,7 @@ def nfa_size(node: Node) -> int:
             continue
         seen.add(id(n))
         if isinstance(n, Repeat):
-            each = n.lo + (1 if n.hi is None else n.hi - n.lo)
+            each = n.lo + (1 if n.hi is None else n.hi - n.lo) if repeated else 1
             total += copies * (each + 1)
             todo.append((n.body, copies * each))
         elif isinstance(n, (Seq, Alt)):

@@ -7,17 +7,17 @@ import json
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc
-from ananke_jax._src.compile.budget import CompileBudget, metered
+from ananke_jax._src.compile.budget import CompileBudget, charge_states, metered, within_states
 from ananke_jax._src.compile.context_free import DEFAULT_MAX_CONFIGS, compile_grammar
 from ananke_jax._src.compile.regular import compile_dfa
 from ananke_jax._src.compile.unit_loops import UnitLoops, expand_unit_loops
 from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.engines.regular import RegularGrammar
-from ananke_jax._src.errors import GrammarError, SchemaError
+from ananke_jax._src.errors import BudgetError, ConflictError, GrammarError, SchemaError
 from ananke_jax._src.grammar_text import to_gbnf, to_lark
 from ananke_jax._src.ir import Grammar
 from ananke_jax._src.json_schema import strings
-from ananke_jax._src.json_schema.assemble import inline, recursive_rules, to_grammar
+from ananke_jax._src.json_schema.assemble import MAX_TERMINAL_STATES, inline, recursive_rules, to_grammar
 from ananke_jax._src.json_schema.compiler import SchemaCompiler
 from ananke_jax._src.json_schema.gaps import MAX_WHITESPACE_RUN, expand_gaps, with_bounded_gaps
 from ananke_jax._src.json_schema.layout import is_count
@@ -139,14 +139,15 @@ def compile_json_schema(
         unbounded (no ``maxLength``, and an infinite ``pattern`` or ``format`` if any), object
         keys not named by the schema included (None: no bound).
       max_configs: parse configurations kept by the pushdown engine (recursive schemas).
-      engine: ``"auto"`` (a token DFA unless the schema recurses) or ``"pushdown"`` (always the
+      engine: ``"auto"`` (a token DFA unless the schema recurses or its NFA would be over the
+        budget's ``max_states``) or ``"pushdown"`` (always the
         pushdown engine, e.g. to share a grammar bank with recursive schemas).
       budget: the compile's `CompileBudget` (None: the defaults). A schema over it gets a
         `SchemaError` naming the limit and, where it was met inside a subschema, its pointer.
 
     Returns:
-      A `RegularGrammar` (one token DFA) when the schema has no recursion and ``engine`` is
-      ``"auto"``, else a `PushdownGrammar` (the pushdown engine); ``repr`` says which.
+      A `RegularGrammar` (one token DFA) when the schema has no recursion, a small enough
+      automaton and ``engine`` is ``"auto"``, else a `PushdownGrammar` (the pushdown engine); ``repr`` says which.
 
     Raises:
       SchemaError: malformed or unsatisfiable schemas and unsupported keywords (with the
@@ -184,21 +185,50 @@ def compile_rules(
     max_configs: int,
     engine: str = "auto",
     max_whitespace: int = MAX_WHITESPACE_RUN,
+    max_terminal: int = MAX_TERMINAL_STATES,
 ) -> RegularGrammar | PushdownGrammar:
     """Compile rules over regex trees (JSON Schemas, structural tags) for ``vocab``: one token
-    DFA when no rule recurses and ``engine`` is ``"auto"``, else the pushdown engine, recursive
-    rules as nonterminals. ``gaps``: the trees hold placeholder gaps (`gaps.GAP`), made runs of at
-    most ``max_whitespace`` whitespace bytes.
+    DFA when no rule recurses, the language's NFA is estimated within the compile budget's
+    ``max_states`` and ``engine`` is ``"auto"``, else the pushdown engine, recursive rules as
+    nonterminals and every piece without references one terminal.
+
+    ``gaps``: the trees hold placeholder gaps (`gaps.GAP`), made runs of at most
+    ``max_whitespace`` whitespace bytes. A language without recursion taken to the pushdown
+    engine for its size has its pieces split into terminals of about ``max_terminal`` NFA states
+    (`assemble.to_grammar`); where that is over the budget too, the error is the one automaton's.
 
     Raises:
       SchemaError: the language is empty. GrammarError: the pushdown engine refuses the rules.
     """
     recursive = recursive_rules(rules)
-    if not recursive and engine == "auto":
-        return _compile_regular(inline(rules, set())[rules.start], vocab, gaps=gaps, max_whitespace=max_whitespace)
-    if gaps:
-        rules = Rules(rules.start, {name: with_bounded_gaps(body, max_whitespace) for name, body in rules.bodies.items()})
-    return compile_grammar(to_grammar(rules, recursive), vocab, stack_depth=stack_depth, max_configs=max_configs)
+    bounded = Rules(rules.start, {name: with_bounded_gaps(body, max_whitespace) for name, body in rules.bodies.items()}) if gaps else rules
+    options = dict(stack_depth=stack_depth, max_configs=max_configs)
+    if recursive or engine != "auto":
+        return compile_grammar(to_grammar(bounded, recursive), vocab, **options)
+    root = inline(rules, set())[rules.start]
+    size = rx.nfa_size(root)
+    if within_states(size):
+        return _compile_regular(root, vocab, gaps=gaps, max_whitespace=max_whitespace)
+    if not within_states(rx.nfa_size(root, repeated=False)):  # no split gets within the budget
+        charge_states(size, "a regex's NFA")
+    try:
+        return compile_in_pieces(bounded, vocab, max_terminal, **options)
+    except BudgetError:
+        charge_states(size, "a regex's NFA")  # raises: the one automaton, and the budget that would take it
+        raise
+
+
+def compile_in_pieces(rules: Rules, vocab: Vocabulary, max_terminal: int, **options) -> PushdownGrammar:
+    """The pushdown engine over the rules of a language without recursion, its pieces split into
+    terminals of about ``max_terminal`` NFA states, whose estimates together must fit the budget.
+    Pieces split finely can make LR conflicts that larger terminals avoid (runs of optional
+    whitespace, say): coarser ones are tried, then whole ones."""
+    for limit in (max_terminal, 16 * max_terminal):
+        try:
+            return compile_grammar(to_grammar(rules, set(), max_terminal=limit, charge_total=True), vocab, **options)
+        except ConflictError:
+            pass
+    return compile_grammar(to_grammar(rules, set(), charge_total=True), vocab, **options)
 
 
 def _compile_regular(node: rx.Node, vocab: Vocabulary, *, gaps: bool, max_whitespace: int) -> RegularGrammar:

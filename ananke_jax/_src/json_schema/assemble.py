@@ -2,14 +2,19 @@
 
 Rules that are not on a cycle are inlined. Without cycles, the root is one regular language. With
 cycles, the recursive rules stay nonterminals and every maximal piece without references becomes
-one terminal, so the pushdown engine steps over few, large terminals.
+one terminal, so the pushdown engine steps over few, large terminals. A language without cycles
+too large for one automaton goes to the pushdown engine split along its tree into pieces of about
+``max_terminal`` NFA states (a sequence into runs, a choice into groups of branches, a repeat into
+loops).
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile.budget import charge_states
 from ananke_jax._src.errors import GrammarError, SchemaError
 from ananke_jax._src.ir import Grammar, Rule, TerminalDef
 from ananke_jax._src.json_schema.rules import Ref, Rules, is_regular
@@ -61,49 +66,77 @@ def inline(rules: Rules, keep: set[str]) -> dict[str, rx.Node]:
     return {name: rx.map_leaves(rules.bodies[name], substitute) for name in roots}
 
 
-def to_grammar(rules: Rules, keep: set[str], *, printable: bool = False) -> Grammar:
-    """The IR: kept rules as nonterminals, reference-free pieces as terminals (with DFAs).
+MAX_TERMINAL_STATES = 2_000  # the pieces of a language without recursion too large for one DFA
+
+
+def to_grammar(
+    rules: Rules, keep: set[str], *, printable: bool = False, max_terminal: float = math.inf, charge_total: bool = False
+) -> Grammar:
+    """The IR: kept rules as nonterminals, reference-free pieces as terminals (with DFAs), each
+    estimated (`rx.nfa_size`) within ``max_terminal`` NFA states unless it is one leaf or a
+    bounded repeat of a small body.
 
     A terminal built from automata gets its regex text (by state elimination, which can be slow
     on large automata) only when ``printable``; otherwise the text just names its size.
+
+    Raises:
+      BudgetError: ``charge_total`` and the terminals' estimates add up over ``max_states``
+        (checked before any is built).
     """
     bodies = inline(rules, keep)
-    return _Writer(bodies, rules.start, printable).grammar()
+    return _Writer(bodies, rules.start, printable, max_terminal).grammar(charge_total)
 
 
 class _Writer:
-    def __init__(self, bodies: dict[str, rx.Node], start: str, printable: bool):
+    def __init__(self, bodies: dict[str, rx.Node], start: str, printable: bool, max_terminal: float):
         self.bodies = bodies
         self.printable = printable
+        self.max_terminal = max_terminal
+        self.sizes: dict[int, tuple[rx.Node, float]] = {}  # id -> (node, kept alive; NFA estimate)
         self.names = _readable_names([start, *[n for n in bodies if n != start]], start)
         self.start = start
         self.rules: list[Rule] = []
-        self.terminals: dict[rx.Node, TerminalDef] = {}
+        self.terminals: dict[rx.Node, str] = {}  # node -> its terminal's name
         self.helpers = 0
 
-    def grammar(self) -> Grammar:
+    def grammar(self, charge_total: bool) -> Grammar:
         for name, body in self.bodies.items():
             self.define(self.names[name], body)
-        return Grammar(tuple(self.rules), tuple(self.terminals.values()), self.names[self.start])
+        if charge_total:
+            charge_states(int(sum(map(self.size, self.terminals))), "the grammar's terminals' NFAs, together,")
+        terminals = tuple(self.terminal_def(node, name) for node, name in self.terminals.items())
+        return Grammar(tuple(self.rules), terminals, self.names[self.start])
 
     def define(self, name: str, node) -> None:
-        for branch in node.parts if isinstance(node, rx.Alt) else [node]:
-            self.rules.append(Rule(name, tuple(self.symbols(branch))))
+        branches = self.runs(node.parts, rx.alt) if isinstance(node, rx.Alt) else [node]
+        for branch in branches:
+            self.rules.append(Rule(name, tuple(branch if isinstance(branch, list) else self.symbols(branch))))
+
+    def runs(self, parts, join) -> list:
+        """``parts``, where consecutive ones are small together, joined by ``join`` (`rx.seq`,
+        `rx.alt`) into one terminal each, given as ``[its name]``."""
+        out, run, size = [], [], 0.0
+        for part in parts:
+            if run and not self.small(part, size):
+                out.append(self.symbols_of_run(join(*run)))
+                run, size = [], 0.0
+            if self.small(part):
+                run.append(part)
+                size += self.size(part)
+            else:
+                out.append(part)
+        return out + ([self.symbols_of_run(join(*run))] if run else [])
+
+    def symbols_of_run(self, node) -> list[str]:
+        return [] if node == rx.EMPTY else [self.terminal(node)]
 
     def symbols(self, node) -> list[str]:
         if isinstance(node, Ref):
             return [self.names[node.name]]
-        if is_regular(node):
-            return [] if node == rx.EMPTY else [self.terminal(node)]
+        if self.whole(node):
+            return self.symbols_of_run(node)
         if isinstance(node, rx.Seq):
-            out, run = [], []
-            for part in node.parts:
-                if is_regular(part):
-                    run.append(part)
-                    continue
-                out += self.symbols(rx.seq(*run)) + self.symbols(part)
-                run = []
-            return out + self.symbols(rx.seq(*run))
+            return [s for part in self.runs(node.parts, rx.seq) for s in (part if isinstance(part, list) else self.symbols(part))]
         if isinstance(node, rx.Alt):
             helper = self.helper()
             self.define(helper, node)
@@ -151,19 +184,40 @@ class _Writer:
         self.rules += [Rule(whole, (name(hub),)) for hub in graph.accepting]
         return whole
 
+    def whole(self, node) -> bool:
+        """Whether ``node`` is one terminal: it has no reference and is within ``max_terminal``,
+        or cannot be split (a leaf), or its pieces would be copies (a bounded repeat of a small
+        body: copies in a rule, and nested optionals that take a stack entry each)."""
+        if self.small(node) or not isinstance(node, (rx.Seq, rx.Alt, rx.Repeat, rx.Interleave)):
+            return True
+        return isinstance(node, rx.Repeat) and node.hi is not None and self.small(node.body)
+
+    def small(self, node, beside: float = 0.0) -> bool:
+        """Whether ``node`` has no reference and, with ``beside`` states more, is within
+        ``max_terminal``."""
+        return self.size(node) < math.inf and self.size(node) + beside <= self.max_terminal
+
+    def size(self, node) -> float:
+        """``node``'s NFA estimate, infinite when it holds a reference (memoised by identity: the
+        bodies are alive while the writer is)."""
+        if id(node) not in self.sizes:
+            self.sizes[id(node)] = node, rx.nfa_size(node) if is_regular(node) else float("inf")
+        return self.sizes[id(node)][1]
+
     def terminal(self, node: rx.Node) -> str:
-        if node not in self.terminals:
-            dfa = rx.to_dfa(node)
-            name = f"T{len(self.terminals)}"
-            if self.printable or not _has_automaton(node):
-                try:
-                    text = rx.to_regex(node)
-                except GrammarError as e:
-                    raise SchemaError(f"cannot print terminal {name}: {e}") from None
-            else:
-                text = f"<automaton of {dfa.num_states} states>"
-            self.terminals[node] = TerminalDef(name, text, dfa)
-        return self.terminals[node].name
+        """The name of ``node``'s terminal (built in `grammar`, once per distinct node)."""
+        return self.terminals.setdefault(node, f"T{len(self.terminals)}")
+
+    def terminal_def(self, node: rx.Node, name: str) -> TerminalDef:
+        dfa = rx.to_dfa(node)
+        if self.printable or not _has_automaton(node):
+            try:
+                text = rx.to_regex(node)
+            except GrammarError as e:
+                raise SchemaError(f"cannot print terminal {name}: {e}") from None
+        else:
+            text = f"<automaton of {dfa.num_states} states>"
+        return TerminalDef(name, text, dfa)
 
     def helper(self) -> str:
         self.helpers += 1
