@@ -88,6 +88,9 @@ def _without_empty_string(dfa: ByteDFA) -> ByteDFA:
     return ByteDFA(transitions, accepting, fresh)
 
 
+_CHUNK_ENTRIES = 1 << 22  # tuple entries (int32) of one lookup's successors: its memory, and the time between deadline checks
+
+
 def build_lexer(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDFA], begins: np.ndarray | None = None) -> Lexer:
     """The product of the terminal DFAs, restricted to the tuples reachable from its starts.
 
@@ -113,23 +116,29 @@ def build_lexer(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDFA], be
     order = [np.zeros((1, len(names)), np.int32), np.where(begins, local_starts, DEAD).astype(np.int32)]
     ids = {order[0][0].tobytes(): 0}
     rows, frontier, first = [], order[1], 1
+    chunk = max(1, _CHUNK_ENTRIES // (table.shape[1] * len(names)))  # frontier tuples looked up at once
     while len(frontier):
-        check_time()
-        successors = table[frontier + offsets].transpose(0, 2, 1).reshape(-1, len(names))
-        inverse = row_groups(successors)
-        distinct = np.empty_like(successors[: int(inverse.max()) + 1])
-        distinct[inverse] = successors
-        found, new = np.empty(len(distinct), np.int64), []
-        for j, key in enumerate(map(bytes, distinct)):
-            if key not in ids:
-                ids[key] = first + len(frontier) + len(new)
-                new.append(j)
-            found[j] = ids[key]
-        rows.append(found[inverse].reshape(len(frontier), -1))
+        following = first + len(frontier)  # the id of the next new tuple
+        found_tuples = []
+        for lo in range(0, len(frontier), chunk):
+            check_time()
+            successors = table[frontier[lo : lo + chunk] + offsets].transpose(0, 2, 1).reshape(-1, len(names))
+            inverse = row_groups(successors)
+            distinct = np.empty_like(successors[: int(inverse.max()) + 1])
+            distinct[inverse] = successors
+            found, new = np.empty(len(distinct), np.int64), []
+            for j, key in enumerate(map(bytes, distinct)):
+                if key not in ids:
+                    ids[key] = following
+                    following += 1
+                    new.append(j)
+                found[j] = ids[key]
+            rows.append(found[inverse].reshape(-1, len(first_byte)))
+            found_tuples.append(distinct[new])
+            charge_states(following, "the lexer (the terminals' product automaton)")
         first += len(frontier)
-        frontier = distinct[new]
+        frontier = np.concatenate(found_tuples)
         order.append(frontier)
-        charge_states(first + len(frontier), "the lexer (the terminals' product automaton)")
     local = np.concatenate(order)
     states = local + offsets
     transitions = np.concatenate([np.zeros((1, len(first_byte)), np.int64), *rows])
