@@ -12,6 +12,7 @@ the vocabulary through a prefix tree from all lexer states at once.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import jax
 import numpy as np
@@ -37,6 +38,7 @@ from ananke_jax._src.vocab import Vocabulary
 
 EMPTY_SET = 0  # the outcome set of tokens that are never allowed
 MAX_FRONTIER = 20_000_000
+_CHUNK_ROWS = 1 << 20  # walk rows stepped at once: the time between deadline checks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,37 +190,39 @@ def _walk_outcomes(
     found = []
     offset = 1
     for parents, labels in zip(trie.parents, trie.labels):
-        check_time()
         children = offset + np.arange(len(parents), dtype=np.int64)
         offset += len(parents)
         lo = np.searchsorted(keys, parents.astype(np.int64) << node_shift)
         hi = np.searchsorted(keys, (parents.astype(np.int64) + 1) << node_shift)
-        counts = hi - lo
-        pick = concatenated_ranges(lo, counts)
-        child, label, row = np.repeat(children << node_shift, counts), np.repeat(labels, counts), keys[pick]
-        lex = (row >> lex_shift) & state_mask
-        kept = row & ((state_mask << q_shift) | seq_mask)  # source state and sequence
-        # Read on inside the current terminal...
-        cont = transitions[lex, label]
-        alive = cont != DEAD
-        inside = child[alive] | kept[alive] | (cont[alive].astype(np.int64) << lex_shift)
-        # ...or cut after a terminal that ends here and start the next one with this byte,
-        # where the grammar lets the next terminal follow the one just cut.
-        pair, slot = np.nonzero(end_terminals[lex] >= 0)
-        column = lr_column[end_terminals[lex[pair], slot]]
-        seq = row[pair] & seq_mask
-        last = np.asarray(sequences.column)[seq]
-        new_last = np.where(column >= 0, column, last)
-        cut = start_rows[new_last + 1, label[pair]]
-        fits = (cut != DEAD) & ((column < 0) | (last < 0) | follow[np.maximum(last, 0), np.maximum(column, 0)])
-        fits &= may_start[new_last + 1, cut]
-        pair, column, cut, seq = pair[fits], column[fits], cut[fits], seq[fits]
-        extended = seq.copy()  # ignored terminals leave the sequence as it is
-        extended[column >= 0] = sequences.child(seq[column >= 0], column[column >= 0])
-        if len(sequences) > seq_mask:
-            raise GrammarError("the grammar's lexer is too ambiguous for this vocabulary")
-        cuts = child[pair] | (row[pair] & (state_mask << q_shift)) | (cut.astype(np.int64) << lex_shift) | extended
-        keys = sorted_unique(np.concatenate([inside, cuts]))
+        level = []
+        for part in _slices(hi - lo, _CHUNK_ROWS):  # a deadline check per slice of a level's rows
+            check_time()
+            counts = (hi - lo)[part]
+            pick = concatenated_ranges(lo[part], counts)
+            child, label, row = np.repeat(children[part] << node_shift, counts), np.repeat(labels[part], counts), keys[pick]
+            lex = (row >> lex_shift) & state_mask
+            kept = row & ((state_mask << q_shift) | seq_mask)  # source state and sequence
+            # Read on inside the current terminal...
+            cont = transitions[lex, label]
+            alive = cont != DEAD
+            inside = child[alive] | kept[alive] | (cont[alive].astype(np.int64) << lex_shift)
+            # ...or cut after a terminal that ends here and start the next one with this byte,
+            # where the grammar lets the next terminal follow the one just cut.
+            pair, slot = np.nonzero(end_terminals[lex] >= 0)
+            column = lr_column[end_terminals[lex[pair], slot]]
+            seq = row[pair] & seq_mask
+            last = np.asarray(sequences.column)[seq]
+            new_last = np.where(column >= 0, column, last)
+            cut = start_rows[new_last + 1, label[pair]]
+            fits = (cut != DEAD) & ((column < 0) | (last < 0) | follow[np.maximum(last, 0), np.maximum(column, 0)])
+            fits &= may_start[new_last + 1, cut]
+            pair, column, cut, seq = pair[fits], column[fits], cut[fits], seq[fits]
+            extended = seq.copy()  # ignored terminals leave the sequence as it is
+            extended[column >= 0] = sequences.child(seq[column >= 0], column[column >= 0])
+            if len(sequences) > seq_mask:
+                raise GrammarError("the grammar's lexer is too ambiguous for this vocabulary")
+            level += [inside, child[pair] | (row[pair] & (state_mask << q_shift)) | (cut.astype(np.int64) << lex_shift) | extended]
+        keys = sorted_unique(np.concatenate(level))
         if len(keys) > MAX_FRONTIER:
             raise GrammarError("the grammar's lexer is too ambiguous for this vocabulary")
         found.append(keys[string_at[keys >> node_shift] >= 0])
@@ -231,6 +235,14 @@ def _walk_outcomes(
     seqs, lexer_after = unique_pairs // lexer.num_states, unique_pairs % lexer.num_states
     terminals, lengths = _materialise(np.asarray(sequences.parent), np.asarray(sequences.column), seqs)
     return (found >> q_shift) & state_mask, string_at[found >> node_shift], outcome, terminals, lengths, lexer_after.astype(np.int32)
+
+
+def _slices(counts: np.ndarray, size: int) -> list[slice]:
+    """Consecutive slices of ``counts`` (int[n]) that each sum to about ``size`` (a slice where
+    the running sum passes a multiple of ``size`` ends there)."""
+    groups = np.cumsum(counts) // size
+    bounds = [0, *(np.flatnonzero(np.diff(groups)) + 1).tolist(), len(counts)]
+    return [slice(a, b) for a, b in itertools.pairwise(bounds)]
 
 
 def _materialise(parent: np.ndarray, column: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
