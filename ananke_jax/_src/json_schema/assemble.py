@@ -80,8 +80,8 @@ def to_grammar(
     on large automata) only when ``printable``; otherwise the text just names its size.
 
     Raises:
-      BudgetError: ``charge_total`` and the terminals' estimates add up over ``max_states``
-        (checked before any is built).
+      BudgetError: ``charge_total``, a finite ``max_terminal``, and the terminals' estimates add
+        up over ``max_states`` (checked before any is built).
     """
     bodies = inline(rules, keep)
     return _Writer(bodies, rules.start, printable, max_terminal).grammar(charge_total)
@@ -118,23 +118,24 @@ class _Writer:
         out, run, size = [], [], 0.0
         for part in parts:
             if run and not self.small(part, size):
-                out.append(self.symbols_of_run(join(*run)))
+                out.append(self.as_terminal(join(*run)))
                 run, size = [], 0.0
             if self.small(part):
                 run.append(part)
                 size += self.size(part)
             else:
                 out.append(part)
-        return out + ([self.symbols_of_run(join(*run))] if run else [])
+        return out + ([self.as_terminal(join(*run))] if run else [])
 
-    def symbols_of_run(self, node) -> list[str]:
+    def as_terminal(self, node) -> list[str]:
+        """``node`` as the symbols of one terminal (none for the empty string)."""
         return [] if node == rx.EMPTY else [self.terminal(node)]
 
     def symbols(self, node) -> list[str]:
         if isinstance(node, Ref):
             return [self.names[node.name]]
         if self.whole(node):
-            return self.symbols_of_run(node)
+            return self.as_terminal(node)
         if isinstance(node, rx.Seq):
             return [s for part in self.runs(node.parts, rx.seq) for s in (part if isinstance(part, list) else self.symbols(part))]
         if isinstance(node, rx.Alt):
@@ -198,10 +199,11 @@ class _Writer:
         return self.size(node) < math.inf and self.size(node) + beside <= self.max_terminal
 
     def size(self, node) -> float:
-        """``node``'s NFA estimate, infinite when it holds a reference (memoised by identity: the
-        bodies are alive while the writer is)."""
+        """``node``'s NFA estimate (0 when nothing is split), infinite when it holds a reference
+        (memoised by identity, the node kept alive with it)."""
         if id(node) not in self.sizes:
-            self.sizes[id(node)] = node, rx.nfa_size(node) if is_regular(node) else float("inf")
+            estimate = rx.nfa_size(node) if self.max_terminal < math.inf else 0.0
+            self.sizes[id(node)] = node, estimate if is_regular(node) else math.inf
         return self.sizes[id(node)][1]
 
     def terminal(self, node: rx.Node) -> str:
