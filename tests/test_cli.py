@@ -77,6 +77,7 @@ def test_compile_then_inspect(tmp_path, capsys):
         (["generate", "--model", "tiny", "--batch", "0"], "--batch and --max-tokens"),
         (["compile", "--regex", "a", "--tokenizer", "nowhere", "--out", "x.npz"], "--tokenizer nowhere"),
         (["inspect", "README.md"], "not a saved ananke_jax constraint"),
+        (["serve", "--prefill-buckets", "0,64"], "--prefill-buckets: expected comma-separated positive integers, got '0,64'"),
     ],
 )
 def test_bad_arguments_and_files_fail_clearly(args, message, tmp_path):
