@@ -19,7 +19,7 @@ from ananke_jax._src.ir import Grammar
 from ananke_jax._src.json_schema import strings
 from ananke_jax._src.json_schema.assemble import MAX_TERMINAL_STATES, inline, recursive_rules, to_grammar
 from ananke_jax._src.json_schema.compiler import SchemaCompiler
-from ananke_jax._src.json_schema.gaps import MAX_WHITESPACE_RUN, expand_gaps, with_bounded_gaps
+from ananke_jax._src.json_schema.gaps import MAX_WHITESPACE_RUN, expand_gaps, rules_with_bounded_gaps
 from ananke_jax._src.json_schema.layout import is_count
 from ananke_jax._src.json_schema.rules import Rules
 from ananke_jax._src.vocab import Vocabulary
@@ -140,14 +140,15 @@ def compile_json_schema(
         keys not named by the schema included (None: no bound).
       max_configs: parse configurations kept by the pushdown engine (recursive schemas).
       engine: ``"auto"`` (a token DFA unless the schema recurses or its NFA would be over the
-        budget's ``max_states``) or ``"pushdown"`` (always the
-        pushdown engine, e.g. to share a grammar bank with recursive schemas).
+        budget's ``max_states``) or ``"pushdown"`` (always the pushdown engine, e.g. to share a
+        grammar bank with recursive schemas).
       budget: the compile's `CompileBudget` (None: the defaults). A schema over it gets a
         `SchemaError` naming the limit and, where it was met inside a subschema, its pointer.
 
     Returns:
       A `RegularGrammar` (one token DFA) when the schema has no recursion, a small enough
-      automaton and ``engine`` is ``"auto"``, else a `PushdownGrammar` (the pushdown engine); ``repr`` says which.
+      automaton and ``engine`` is ``"auto"``, else a `PushdownGrammar` (the pushdown engine);
+      ``repr`` says which.
 
     Raises:
       SchemaError: malformed or unsatisfiable schemas and unsupported keywords (with the
@@ -201,20 +202,22 @@ def compile_rules(
       SchemaError: the language is empty. GrammarError: the pushdown engine refuses the rules.
     """
     recursive = recursive_rules(rules)
-    bounded = Rules(rules.start, {name: with_bounded_gaps(body, max_whitespace) for name, body in rules.bodies.items()}) if gaps else rules
+    split = not recursive and engine == "auto"  # unless one token DFA fits the budget
+    if split:
+        root = inline(rules, set())[rules.start]
+        size = rx.nfa_size(root)
+        if within_states(size):
+            return _compile_regular(root, vocab, gaps=gaps, max_whitespace=max_whitespace)
+        if not within_states(rx.nfa_size(root, repeated=False)):  # nor could its pieces
+            charge_states(size, "a regex's NFA")  # raises, naming the budget that would take it
+    pushdown_rules = rules_with_bounded_gaps(rules, max_whitespace) if gaps else rules
     options = dict(stack_depth=stack_depth, max_configs=max_configs)
-    if recursive or engine != "auto":
-        return compile_grammar(to_grammar(bounded, recursive), vocab, **options)
-    root = inline(rules, set())[rules.start]
-    size = rx.nfa_size(root)
-    if within_states(size):
-        return _compile_regular(root, vocab, gaps=gaps, max_whitespace=max_whitespace)
-    if not within_states(rx.nfa_size(root, repeated=False)):  # no split gets within the budget
-        charge_states(size, "a regex's NFA")
+    if not split:
+        return compile_grammar(to_grammar(pushdown_rules, recursive), vocab, **options)
     try:
-        return compile_in_pieces(bounded, vocab, max_terminal, **options)
+        return compile_in_pieces(pushdown_rules, vocab, max_terminal, **options)
     except BudgetError:
-        charge_states(size, "a regex's NFA")  # raises: the one automaton, and the budget that would take it
+        charge_states(size, "a regex's NFA")  # the one automaton's refusal says what to raise
         raise
 
 

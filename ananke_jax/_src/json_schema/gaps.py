@@ -13,6 +13,7 @@ import numpy as np
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA
+from ananke_jax._src.json_schema.rules import Rules
 
 MAX_WHITESPACE_RUN = 24  # default longest whitespace run in "flexible" mode; the model cannot loop on it
 WHITESPACE = b" \t\n\r"
@@ -51,6 +52,11 @@ def with_bounded_gaps(node: rx.Node, run: int = MAX_WHITESPACE_RUN) -> rx.Node:
         return leaf
 
     return rx.map_leaves(node, bound)
+
+
+def rules_with_bounded_gaps(rules: Rules, run: int = MAX_WHITESPACE_RUN) -> Rules:
+    """`with_bounded_gaps` over every rule's body."""
+    return Rules(rules.start, {name: with_bounded_gaps(body, run) for name, body in rules.bodies.items()})
 
 
 def expand_gaps(dfa: ByteDFA, run: int = MAX_WHITESPACE_RUN) -> ByteDFA:

@@ -12,7 +12,7 @@ from ananke_jax._src.engines.regular import RegularGrammar
 from ananke_jax._src.errors import GrammarError, SchemaError
 from ananke_jax._src.json_schema.api import DEFAULT_MAX_DEPTH, compile_rules, regular_automaton
 from ananke_jax._src.json_schema.assemble import inline, recursive_rules
-from ananke_jax._src.json_schema.gaps import MixedGaps, with_bounded_gaps
+from ananke_jax._src.json_schema.gaps import MixedGaps, rules_with_bounded_gaps
 from ananke_jax._src.json_schema.rules import Rules
 from ananke_jax._src.structural.formats import StructuralCompiler, root_format
 from ananke_jax._src.structural.reasoning import reasoning_budget
@@ -64,7 +64,7 @@ def compile_structural_tag(
         try:
             return compile_rules(rules, view, gaps=True, max_whitespace=run, **options)
         except MixedGaps:
-            return compile_rules(_bounded(rules, run), view, gaps=False, **options)
+            return compile_rules(rules_with_bounded_gaps(rules, run), view, gaps=False, **options)
 
 
 def _rules(spec, vocab: Vocabulary, **json_options) -> tuple[Vocabulary, Rules, int]:
@@ -73,12 +73,6 @@ def _rules(spec, vocab: Vocabulary, **json_options) -> tuple[Vocabulary, Rules, 
     compiler = StructuralCompiler(vocab, **json_options)
     rules = compiler.rules(spec)
     return spelled_vocabulary(vocab, tuple(compiler.special_ids)), rules, compiler.max_whitespace
-
-
-def _bounded(rules: Rules, run: int) -> Rules:
-    """``rules`` with their placeholder gaps as whitespace regexes (for a tag whose JSON gaps meet
-    literal whitespace in one state, `MixedGaps`)."""
-    return Rules(rules.start, {name: with_bounded_gaps(body, run) for name, body in rules.bodies.items()})
 
 
 def reasoning_structural_tag(
@@ -173,7 +167,7 @@ def reasoning_constraint(
     try:
         dfa, loops = regular_automaton(inline(rules, set())[rules.start], gaps=True, max_whitespace=run)
     except MixedGaps:
-        dfa, loops = regular_automaton(inline(_bounded(rules, run), set())[rules.start], gaps=False)
+        dfa, loops = regular_automaton(inline(rules_with_bounded_gaps(rules, run), set())[rules.start], gaps=False)
     grammar = compile_dfa(dfa, view, loops=loops)
     entry = b"" if opened else begin.encode("utf-8")
     return reasoning_budget(grammar, dfa, view, entry=entry, end=end.encode("utf-8"), budget=max_tokens)
