@@ -19,7 +19,7 @@ import functools
 
 import numpy as np
 
-from ananke_jax._src.compile.regex import regex_to_dfa
+from ananke_jax._src.compile.lexer import terminal_dfa
 from ananke_jax._src.ir import Grammar
 
 _START = "<start>"
@@ -42,7 +42,7 @@ class EarleyRecogniser:
         self.by_origin: dict[str, list[int]] = {}
         for i, (o, _) in enumerate(self.rules):
             self.by_origin.setdefault(o, []).append(i)
-        self.dfas = {str(t.name): t.dfa if t.dfa is not None else regex_to_dfa(t.regex) for t in grammar.terminals}
+        self.dfas = {str(t.name): terminal_dfa(t) for t in grammar.terminals}
         self.nullable = self._nullable()
         self.start_rule = len(self.rules) - 1
 

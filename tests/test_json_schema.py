@@ -22,7 +22,7 @@ from ananke_jax._src.compile.token_trie import single_group, vocabulary_trie
 from ananke_jax._src.compile.unit_loops import expand_unit_loops, loop_columns
 from ananke_jax._src.json_schema import numbers, strings
 from ananke_jax._src.json_schema.api import compile_in_pieces, json_schema_rules
-from ananke_jax._src.json_schema.assemble import inline, to_grammar
+from ananke_jax._src.json_schema.assemble import inline, recursive_rules, to_grammar
 from ananke_jax._src.json_schema.gaps import expand_gaps, with_bounded_gaps
 
 from earley import EarleyRecogniser
@@ -151,6 +151,52 @@ def test_a_schema_split_into_small_terminals_allows_what_its_token_dfa_allows(na
                 break
             token = int(rng.choice(choices))
             state, reference = _advance(split, state, token), _advance(whole, reference, token)
+
+
+LOOPED = {
+    "bounded_strings_in_a_tree": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 2, "maxLength": 40},
+            "note": {"type": "string", "pattern": "^[\\s\\S]*$"},
+            "children": {"type": "array", "items": {"$ref": "#"}},
+        },
+        "required": ["name"],
+        "additionalProperties": False,
+    },
+    "keys_beside_free_strings": {
+        "type": "object",
+        "properties": {"k": {"type": "string", "maxLength": 3}, "next": {"$ref": "#"}},
+        "additionalProperties": {"type": "string", "maxLength": 5},
+    },
+    "any_value": {},
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOOPED))
+def test_strings_stepped_as_unit_loops_allow_what_spelled_strings_allow(name, real_vocab):
+    """The pushdown engine's lexer reads the characters of free and length-bounded strings (and
+    of strings whose pattern every string matches) as loops whose token outcomes come once per
+    vocabulary. Whole masks, EOS included, equal those of the lexer with every string spelled
+    out, along random walks (random tokens mostly stay inside strings, so walks reach their
+    length bounds)."""
+    _, vocab, _ = real_vocab
+    rules = json_schema_rules(LOOPED[name])
+    looped, spelled = (to_grammar(rules, recursive_rules(rules), units=units) for units in (True, False))
+    assert any(t.units is not None for t in looped.terminals) and not any(t.units is not None for t in spelled.terminals)
+    looped, spelled = aj.compile_grammar(looped, vocab), aj.compile_grammar(spelled, vocab)
+    rng = np.random.default_rng(3)
+    for _ in range(8):
+        state, reference = looped.init_state(), spelled.init_state()
+        for _ in range(60):
+            allowed = unpack(_mask(spelled, reference))
+            np.testing.assert_array_equal(unpack(_mask(looped, state)), allowed)
+            choices = np.flatnonzero(allowed[: len(vocab)])
+            if not len(choices):
+                break
+            token = int(rng.choice(choices))
+            state, reference = _advance(looped, state, token), _advance(spelled, reference, token)
+            assert bool(_accepts_state(looped, state)) == bool(_accepts_state(spelled, reference))
 
 
 def _dfa(schema, **options):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import ananke_jax as aj
+from ananke_jax._src.compile.lexer import terminal_dfa
 
 CORPUS = json.loads((pathlib.Path(__file__).resolve().parents[1] / "bench" / "schema_corpus.json").read_text(encoding="utf-8"))
 SCHEMAS = {e["name"]: e["schema"] for e in CORPUS["schemas"][::8]}  # an eighth: bench/schema_corpus.py runs them all
@@ -42,7 +43,7 @@ def _random_document(grammar: aj.Grammar, rng: random.Random, deep: int = 6) -> 
     rules = {}
     for rule in grammar.rules:
         rules.setdefault(rule.origin, []).append(rule.expansion)
-    dfas = {t.name: t.dfa for t in grammar.terminals}
+    dfas = {t.name: terminal_dfa(t) for t in grammar.terminals}
     cost = dict.fromkeys(rules, float("inf"))
     while any(cost[n] > (c := min(sum(cost.get(x, 0) for x in e) + 1 for e in rules[n])) and not cost.update({n: c}) for n in rules):
         pass

@@ -21,12 +21,15 @@ class TerminalDef:
     """A named regular language: ``regex`` in Python syntax, matched in full.
 
     ``dfa``, when given, is the language itself (a `ByteDFA`) and ``regex`` only its description;
-    compilers that build languages by intersection and difference give terminals this way.
+    compilers that build languages by intersection and difference give terminals this way. With
+    ``units`` (a `UnitLanguage`) too, ``dfa`` reads its placeholder byte for one unit, which keeps
+    long counted strings small (`lexer.terminal_dfa` spells the units out).
     """
 
     name: str
     regex: str
     dfa: object = dataclasses.field(default=None, compare=False, repr=False)
+    units: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,17 +23,19 @@ from ananke_jax._src.compile.arrays import (
     pack_bits,
     padded_groups,
     sorted_unique,
+    unique_first_inverse,
 )
-from ananke_jax._src.compile.automaton import DEAD, pausing_gc
-from ananke_jax._src.compile.budget import charge_bytes, check_time
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc, row_groups
+from ananke_jax._src.compile.budget import charge_bytes, charge_states, check_time
 from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import Paths, outcome_tries
 from ananke_jax._src.compile.token_table import spell_tokens
 from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes
+from ananke_jax._src.compile.unit_loops import UnitLoops, expand_unit_loops, loop_columns
 from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.errors import GrammarError
-from ananke_jax._src.ir import Grammar
+from ananke_jax._src.ir import Grammar, TerminalDef
 from ananke_jax._src.vocab import Vocabulary
 
 EMPTY_SET = 0  # the outcome set of tokens that are never allowed
@@ -84,11 +86,23 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
     lr_column = np.array([column.get(t.name, -1) if t.name not in grammar.ignore else -1 for t in grammar.terminals], np.int32)
     begins, follow = terminal_follow(grammar, lr.terminals)
     start_begins, start_of_context = _lexer_starts(lr_column, begins, follow)
-    lexer = build_lexer(grammar.terminals, dfas, start_begins)
+    lexer, loops = _lexer_with_loops(grammar.terminals, dfas, start_begins)
+
+    def walk(transitions, trie, sources):
+        return _walk_outcomes(lexer, transitions, trie, lr_column, follow, lexer.starts[start_of_context], sources)
 
     spelled = spell_tokens(lexer.transitions, vocab)
-    walk = _walk_outcomes(lexer, spelled.transitions, spelled.trie, lr_column, follow, lexer.starts[start_of_context])
-    q, string, outcome, terminals, lengths, lexer_after = walk
+    # Later starts are never between tokens; loops' states get their outcomes per vocabulary.
+    skipped = lexer.starts[1:] if loops is None else np.union1d(lexer.starts[1:], loops.rows[0])
+    q, string, outcome, *table = walk(spelled.transitions, spelled.trie, np.setdiff1d(np.arange(1, lexer.num_states), skipped))
+    looped = None if loops is None else _loop_outcomes(lexer, loops, vocab, walk)
+    if looped is not None:  # their rows follow the walk's, one pseudo-string per value after the strings
+        table, (walked, looped_ids) = _merged_outcomes(table, looped.outcomes)
+        pair_q, pair_value, pair_outcome = looped.triples(looped_ids)
+        q = np.concatenate([q, pair_q])
+        string = np.concatenate([string, spelled.num_strings + 1 + pair_value])
+        outcome = np.concatenate([walked[outcome], pair_outcome])
+    terminals, lengths, lexer_after = table
     # The (state, outcome) pairs that occur, sorted; an outcome's local index is its rank in its
     # state's row (a dense [Q, O] table of them took gigabytes on large lexers).
     keys = q * len(lengths) + outcome
@@ -96,6 +110,7 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
     state_q, state_outcome = pairs // len(lengths), pairs % len(lengths)
     local = np.searchsorted(pairs, keys) - np.searchsorted(state_q, q)
     group_q, group_string, set_of_group, set_members = _outcome_sets(q, string, local)
+    walked_group = group_string < spelled.num_strings
 
     # Strings whose outcome sets agree in every lexer state form a class. The (state, string)
     # table of sets is sparse (EMPTY_SET = 0 elsewhere), so its columns are hashed from the groups;
@@ -103,15 +118,23 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
     multipliers = hash_multipliers(lexer.num_states)
     hashes = np.zeros((len(multipliers), spelled.num_strings + 1), np.uint64)
     for row, weights in zip(hashes, multipliers):
-        np.add.at(row, group_string, weights[group_q] * set_of_group.astype(np.uint64))
+        np.add.at(row, group_string[walked_group], weights[group_q[walked_group]] * set_of_group[walked_group].astype(np.uint64))
     string_class, representatives = classes_of_hashes(hashes)
-    token_class = np.full(vocab.logits_width, string_class[-1], np.int32)
+    token_class = np.full(vocab.logits_width, string_class[-1], np.int64)
     token_class[spelled.token_ids] = string_class[spelled.spelling]
     column = np.full(spelled.num_strings + 1, -1, np.int64)
     column[representatives] = np.arange(len(representatives))
-    chosen = column[group_string] >= 0
+    chosen = walked_group & (column[np.minimum(group_string, spelled.num_strings)] >= 0)
     class_set = np.full((lexer.num_states, len(representatives)), EMPTY_SET, np.int32)
     class_set[group_q[chosen], column[group_string[chosen]]] = set_of_group[chosen]
+    if looped is not None:
+        token_class, class_set = looped.classes(
+            token_class,
+            class_set,
+            group_q[~walked_group],
+            group_string[~walked_group] - spelled.num_strings - 1,
+            set_of_group[~walked_group],
+        )
 
     return CFGTables(
         lexer=lexer,
@@ -122,9 +145,140 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
         outcome_lexer=lexer_after,
         state_outcomes=padded_groups(state_q, state_outcome, lexer.num_states),
         set_members=set_members,
-        token_class=token_class,
+        token_class=token_class.astype(np.int32),
         class_set=class_set,
     )
+
+
+def _lexer_with_loops(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDFA], begins: np.ndarray) -> tuple[Lexer, UnitLoops | None]:
+    """The lexer (`build_lexer`), the terminals' placeholder units (`TerminalDef.units`) spliced
+    in as loops (`unit_loops.expand_unit_loops`), whose states `_loop_outcomes` steps per
+    vocabulary. Where a lexer state reads a unit beside a terminal that begins with one of its
+    bytes, or a terminal ends inside a loop, each terminal's units are spelled out instead."""
+    languages = {t.units for t in terminals if t.units is not None}
+    lexer = build_lexer(terminals, dfas, begins)
+    if len(languages) == 1:
+        (units,) = languages
+        expanded = expand_unit_loops(ByteDFA(lexer.transitions, lexer.ends.any(axis=1), lexer.start), units)
+        if expanded is not None and expanded[1] is not None:
+            dfa, loops = expanded
+            charge_states(dfa.num_states, "the lexer (the terminals' product automaton)")
+            counting = np.flatnonzero(loops.unit_target)
+            if not lexer.ends[counting].any():
+                # A state inside a unit is alive for the terminals of the state the unit completes into.
+                completes = np.zeros(dfa.num_states, np.int64)
+                target, unit_state = np.nonzero(loops.inside)
+                completes[loops.inside[target, unit_state]] = target
+                new = completes[lexer.num_states :]
+                ends = np.vstack([lexer.ends, np.zeros((len(new), len(terminals)), bool)])
+                return Lexer(lexer.terminals, dfa.transitions, ends, np.vstack([lexer.alive, lexer.alive[new]]), lexer.starts), loops
+    if not languages:
+        return lexer, None
+    spelled = {t.name: dfas[t.name] if t.units is None else expand_unit_loops(dfas[t.name], t.units)[0] for t in terminals}
+    return build_lexer(terminals, spelled, begins), None
+
+
+@dataclasses.dataclass(frozen=True)
+class _LoopOutcomes:
+    """The outcomes of the tokens from the states inside unit loops (`_loop_outcomes`).
+
+    Attributes:
+      rows: int64[R], the states. columns: int32[R, L], each loop class's *value* from each: a
+        lexer state v < Q (the token completes no terminal and ends in v; DEAD: it dies) or Q + k,
+        the k-th (state, remainder) pair walked after an exit.
+      groups, class_of_group: the per-vocabulary `TokenGroups` and each group's loop class (-1:
+        dead from every row).
+      outcomes: (terminals int32[O, M], lengths int32[O], lexer_after int32[O]), the outcomes.
+      value, outcome: int64[X] each, the (value, outcome) pairs.
+    """
+
+    rows: np.ndarray
+    columns: np.ndarray
+    groups: object
+    class_of_group: np.ndarray
+    outcomes: tuple[np.ndarray, np.ndarray, np.ndarray]
+    value: np.ndarray
+    outcome: np.ndarray
+
+    def triples(self, outcome_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(state, value, outcome) for each value in each row and each outcome of that value,
+        sorted by row and value; ``outcome_of`` the merged id of each of ``outcomes``."""
+        width = int(self.columns.max(initial=0)) + 1
+        pairs = sorted_unique((np.arange(len(self.rows))[:, None] * width + self.columns).ravel())
+        row, value = pairs // width, pairs % width
+        row, value = row[value != DEAD], value[value != DEAD]
+        order = np.argsort(self.value, kind="stable")
+        lo, hi = np.searchsorted(self.value[order], value), np.searchsorted(self.value[order], value, side="right")
+        lines = order[concatenated_ranges(lo, hi - lo)]
+        return np.repeat(self.rows[row], hi - lo), np.repeat(value, hi - lo), outcome_of[self.outcome[lines]]
+
+    def classes(self, token_class, class_set, set_q, set_value, set_id) -> tuple[np.ndarray, np.ndarray]:
+        """Token classes split by loop class, and their sets from every state: the walked states'
+        from ``class_set`` (int32[Q, C] by ``token_class``), the loops' from the sets of their
+        (state, value) pairs (``set_q``, ``set_value``, ``set_id``)."""
+        num_loop = self.columns.shape[1]
+        loop_class = np.append(self.class_of_group, -1)[np.minimum(self.groups.of_id, len(self.class_of_group))]
+        classes, _, token_class = unique_first_inverse(token_class * (num_loop + 1) + loop_class + 1)
+        class_set = class_set[:, classes // (num_loop + 1)]
+        of_loop = classes % (num_loop + 1) - 1
+        values = np.where(of_loop >= 0, self.columns[:, np.maximum(of_loop, 0)], DEAD).astype(np.int64)
+        width = int(max(values.max(initial=0), set_value.max(initial=0))) + 1
+        class_set[self.rows] = _lookup(set_q * width + set_value, set_id, self.rows[:, None] * width + values, EMPTY_SET)
+        return token_class, class_set
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, queries: np.ndarray, default: int) -> np.ndarray:
+    """The value of each query's key (``default`` where there is none); ``keys`` distinct."""
+    order = np.argsort(keys, kind="stable")
+    at = np.minimum(np.searchsorted(keys[order], queries), len(keys) - 1) if len(keys) else np.zeros(queries.shape, np.int64)
+    found = keys[order][at] == queries if len(keys) else np.zeros(queries.shape, bool)
+    return np.where(found, values[order][at] if len(keys) else default, default)
+
+
+def _loop_outcomes(lexer: Lexer, loops: UnitLoops, vocab: Vocabulary, walk) -> _LoopOutcomes:
+    """The outcomes of every token from the states inside ``loops``, from the vocabulary's outcomes
+    of the unit language (`unit_loops.loop_columns`): a token that stays in its loop completes no
+    terminal; one that leaves it goes on as its remainder does from the state the exit enters,
+    walked here (``walk(transitions, trie, sources)``, `_walk_outcomes`) once per remainder and
+    such state."""
+    tables, values = [], []
+
+    def after_remainders(entered: np.ndarray, trie: TokenTrie) -> np.ndarray:
+        q, remainder, outcome, terminals, lengths, after = walk(lexer.transitions, trie, entered)
+        position = np.zeros(int(trie.token_ids.max(initial=0)) + 1, np.int64)
+        position[trie.token_ids] = np.arange(len(trie.token_ids))
+        keys, key_of = np.unique(q * len(position) + remainder, return_inverse=True)
+        found = np.full((len(entered), len(trie.token_ids)), DEAD, np.int64)
+        found[np.searchsorted(entered, keys // len(position)), position[keys % len(position)]] = lexer.num_states + np.arange(len(keys))
+        tables.append((terminals[outcome], lengths[outcome], after[outcome]))
+        values.append(lexer.num_states + key_of.reshape(-1))
+        return found
+
+    rows, groups, class_of_group, columns = loop_columns(loops, lexer.transitions, vocab, after_remainders)
+    # Values below Q: the token completes no terminal and ends in that state.
+    states = np.unique(columns).astype(np.int64)
+    states = states[(states != DEAD) & (states < lexer.num_states)]
+    tables.insert(0, (np.full((len(states), 1), -1, np.int32), np.zeros(len(states), np.int32), states.astype(np.int32)))
+    values.insert(0, states)
+    outcomes, ids = _merged_outcomes(*tables)
+    return _LoopOutcomes(rows, columns, groups, class_of_group, outcomes, np.concatenate(values), np.concatenate(ids))
+
+
+def _merged_outcomes(*tables) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], list[np.ndarray]]:
+    """One table of the distinct outcomes of several (terminals int32[O, M], lengths int32[O],
+    lexer_after int32[O]) tables, and the merged id of each outcome of each."""
+    width = max(t[0].shape[1] for t in tables)
+    padded = [np.pad(t[0], ((0, 0), (0, width - t[0].shape[1])), constant_values=-1) for t in tables]
+    rows = np.concatenate([np.column_stack([p, t[1], t[2]]) for p, t in zip(padded, tables)])
+    distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+    bounds = np.cumsum([0, *(len(t[1]) for t in tables)])
+    inverse = inverse.reshape(-1)
+    merged = (
+        np.ascontiguousarray(distinct[:, :width], np.int32),
+        distinct[:, width].astype(np.int32),
+        distinct[:, width + 1].astype(np.int32),
+    )
+    return merged, [inverse[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def _lexer_starts(lr_column: np.ndarray, begins: np.ndarray, follow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -152,9 +306,16 @@ def _lexer_starts(lr_column: np.ndarray, begins: np.ndarray, follow: np.ndarray)
 
 
 def _walk_outcomes(
-    lexer: Lexer, transitions: np.ndarray, trie: TokenTrie, lr_column: np.ndarray, follow: np.ndarray, start_after: np.ndarray
+    lexer: Lexer,
+    transitions: np.ndarray,
+    trie: TokenTrie,
+    lr_column: np.ndarray,
+    follow: np.ndarray,
+    start_after: np.ndarray,
+    sources: np.ndarray,
 ):
-    """All outcomes of every (lexer state, class string), by a breadth-first walk of ``trie``.
+    """All outcomes of every (lexer state in ``sources``, class string), by a breadth-first walk
+    of ``trie`` (over the labels of ``transitions``: byte classes, or bytes).
 
     Cuts that put two terminals next to each other that never follow one another in the
     grammar (``follow``, bool[T, T]) are pruned: no parse could take them, and without the
@@ -163,7 +324,8 @@ def _walk_outcomes(
     the terminals that may follow.
 
     Returns:
-      Per (state, string, outcome) triple, deduplicated: q, string, outcome (int64 arrays);
+      Per (state, string, outcome) triple, deduplicated and with the triples of a (state, string)
+      pair together: q, string, outcome (int64 arrays);
       and per outcome: the padded LR columns it completes, their count and the final lexer state.
     """
     string_at = np.full(trie.num_nodes, -1, np.int64)
@@ -185,7 +347,7 @@ def _walk_outcomes(
     q_shift = node_shift - q_bits
     lex_shift = q_shift - q_bits  # the sequence id takes the low bits
     state_mask, seq_mask = (1 << q_bits) - 1, (1 << lex_shift) - 1
-    live = np.setdiff1d(np.arange(1, lexer.num_states, dtype=np.int64), lexer.starts[1:])  # later starts are never between tokens
+    live = np.unique(sources).astype(np.int64)
     keys = (live << q_shift) | (live << lex_shift)
     found = []
     offset = 1
@@ -318,7 +480,9 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
     big = np.flatnonzero(size >= threshold)
     # A dense row is the tokens of the classes in its set: rows are made once per class pattern.
     members = (tables.class_set[pair_state[big]] == pair_set[big][:, None]) & (class_size > 0)
-    patterns, row_of = np.unique(members, axis=0, return_inverse=True) if len(big) else (members, np.zeros(0, np.int64))
+    row_of = row_groups(np.packbits(members, axis=1))  # np.unique(axis=0) took seconds on wide rows
+    patterns = np.empty((int(row_of.max(initial=-1)) + 1, members.shape[1]), bool)
+    patterns[row_of] = members
     charge_bytes(4 * words * len(patterns), "the mask tables")
     rows = [np.zeros((1, words), np.uint32)]
     for chunk in range(0, len(patterns), 64):

@@ -14,6 +14,7 @@ import numpy as np
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, row_groups
 from ananke_jax._src.compile.budget import charge_states, check_time
 from ananke_jax._src.compile.regex import regex_to_dfa
+from ananke_jax._src.compile.unit_loops import expand_unit_loops
 from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar, Rule, TerminalDef
 
@@ -47,6 +48,15 @@ class Lexer:
         return int(self.starts[0])
 
 
+def terminal_dfa(terminal: TerminalDef) -> ByteDFA:
+    """The byte DFA of a terminal's language, its units spelled out."""
+    if terminal.dfa is None:
+        return regex_to_dfa(terminal.regex)
+    if terminal.units is None:
+        return terminal.dfa
+    return expand_unit_loops(terminal.dfa, terminal.units)[0]
+
+
 def without_empty_terminals(grammar: Grammar) -> tuple[Grammar, dict[str, ByteDFA]]:
     """Rewrite the grammar so that no terminal matches the empty string; compile the terminals.
 
@@ -54,7 +64,8 @@ def without_empty_terminals(grammar: Grammar) -> tuple[Grammar, dict[str, ByteDF
     matching only non-empty strings; a terminal matching only the empty string disappears.
 
     Returns:
-      The rewritten grammar and the byte DFA of each remaining terminal.
+      The rewritten grammar and the byte DFA of each remaining terminal (reading its ``units``'
+      placeholder where it has them).
     """
     dfas, optional_rules, terminals, replace = {}, [], [], {}
     for t in grammar.terminals:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 
 import numpy as np
 
@@ -123,6 +124,9 @@ def expand_unit_loops(dfa: ByteDFA, language: UnitLanguage) -> tuple[ByteDFA, Un
     return expanded, UnitLoops(language, unit_target, inside.astype(np.int32))
 
 
+RemainderWalk = Callable[[np.ndarray, TokenTrie], np.ndarray]
+
+
 @dataclasses.dataclass(frozen=True)
 class TokenOutcomes:
     """What each ordinary token does from each state of a unit language's automaton.
@@ -205,7 +209,9 @@ def token_outcomes(vocab: Vocabulary, language: UnitLanguage) -> TokenOutcomes:
     )
 
 
-def loop_columns(loops: UnitLoops, transitions: np.ndarray, vocab: Vocabulary) -> tuple[np.ndarray, TokenGroups, np.ndarray, np.ndarray]:
+def loop_columns(
+    loops: UnitLoops, transitions: np.ndarray, vocab: Vocabulary, after_remainders: RemainderWalk | None = None
+) -> tuple[np.ndarray, TokenGroups, np.ndarray, np.ndarray]:
     """The token columns of the states inside loops, from the vocabulary's `token_outcomes`.
 
     A token that reads ``u`` whole units from a state counting from boundary state ``b`` lands
@@ -220,11 +226,14 @@ def loop_columns(loops: UnitLoops, transitions: np.ndarray, vocab: Vocabulary) -
       transitions: int32[S', 256], the expanded automaton's transitions (S' >= S: states added
         since are not reached by bytes).
       vocab: the vocabulary.
+      after_remainders: what follows a remainder read from each state an exit enters, int64[k, M]
+        for the k states and the remainder trie's strings (DEAD: dies); None: the state after it.
 
     Returns:
       int64[R], the states (`UnitLoops.rows`); the `TokenGroups` of `token_outcomes`; int64[G],
       the class of each group (-1: dead from all of them); and int32[R, C], the column of each
-      class.
+      class: the state after the token, or a value of ``after_remainders`` (an empty remainder
+      gives the state the exit enters).
     """
     outcomes = token_outcomes(vocab, loops.language)
     rows, unit_state, base, behind = loops.rows
@@ -243,7 +252,8 @@ def loop_columns(loops: UnitLoops, transitions: np.ndarray, vocab: Vocabulary) -
     entered = np.unique(exit_target[along[base]])
     entered = entered[entered != DEAD]
     if len(remainders.token_ids) and len(entered):
-        after[np.ix_(entered, remainders.token_ids)] = walk_tokens(remainders, transitions, entered)
+        walk = after_remainders or (lambda states, trie: walk_tokens(trie, transitions, states))
+        after[np.ix_(entered, remainders.token_ids)] = walk(entered, remainders)
 
     # Pairs (outcome, row) of the same unit state, grouped by outcome; a row's position among the
     # rows of its unit state is its offset in each such group.

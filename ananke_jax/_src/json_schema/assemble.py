@@ -14,9 +14,12 @@ import math
 import re
 
 from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile.automaton import ByteDFA
 from ananke_jax._src.compile.budget import charge_states
+from ananke_jax._src.compile.unit_loops import UnitLanguage, expand_unit_loops
 from ananke_jax._src.errors import GrammarError, SchemaError
 from ananke_jax._src.ir import Grammar, Rule, TerminalDef
+from ananke_jax._src.json_schema import strings
 from ananke_jax._src.json_schema.rules import Ref, Rules, is_regular
 
 
@@ -70,27 +73,36 @@ MAX_TERMINAL_STATES = 2_000  # the pieces of a language without recursion too la
 
 
 def to_grammar(
-    rules: Rules, keep: set[str], *, printable: bool = False, max_terminal: float = math.inf, charge_total: bool = False
+    rules: Rules,
+    keep: set[str],
+    *,
+    printable: bool = False,
+    max_terminal: float = math.inf,
+    charge_total: bool = False,
+    units: bool = False,
 ) -> Grammar:
     """The IR: kept rules as nonterminals, reference-free pieces as terminals (with DFAs), each
     estimated (`rx.nfa_size`) within ``max_terminal`` NFA states unless it is one leaf or a
     bounded repeat of a small body.
 
     A terminal built from automata gets its regex text (by state elimination, which can be slow
-    on large automata) only when ``printable``; otherwise the text just names its size.
+    on large automata) only when ``printable``; otherwise the text just names its size. With
+    ``units``, a terminal's free and length-bounded strings are read as placeholder units where
+    they can be (`TerminalDef.units`), for the compiler; else its DFA spells them out.
 
     Raises:
       BudgetError: ``charge_total``, a finite ``max_terminal``, and the terminals' estimates add
         up over ``max_states`` (checked before any is built).
     """
     bodies = inline(rules, keep)
-    return _Writer(bodies, rules.start, printable, max_terminal).grammar(charge_total)
+    return _Writer(bodies, rules.start, printable, max_terminal, units).grammar(charge_total)
 
 
 class _Writer:
-    def __init__(self, bodies: dict[str, rx.Node], start: str, printable: bool, max_terminal: float):
+    def __init__(self, bodies: dict[str, rx.Node], start: str, printable: bool, max_terminal: float, units: bool):
         self.bodies = bodies
         self.printable = printable
+        self.units = units
         self.max_terminal = max_terminal
         self.sizes: dict[int, tuple[rx.Node, float]] = {}  # id -> (node, kept alive; NFA estimate)
         self.names = _readable_names([start, *[n for n in bodies if n != start]], start)
@@ -211,7 +223,7 @@ class _Writer:
         return self.terminals.setdefault(node, f"T{len(self.terminals)}")
 
     def terminal_def(self, node: rx.Node, name: str) -> TerminalDef:
-        dfa = rx.to_dfa(node)
+        dfa, units = _terminal_automaton(node) if self.units else (rx.to_dfa(node), None)
         if self.printable or not _has_automaton(node):
             try:
                 text = rx.to_regex(node)
@@ -219,11 +231,25 @@ class _Writer:
                 raise SchemaError(f"cannot print terminal {name}: {e}") from None
         else:
             text = f"<automaton of {dfa.num_states} states>"
-        return TerminalDef(name, text, dfa)
+        return TerminalDef(name, text, dfa, units)
 
     def helper(self) -> str:
         self.helpers += 1
         return f"_h{self.helpers}"
+
+
+def _terminal_automaton(node: rx.Node) -> tuple[ByteDFA, UnitLanguage | None]:
+    """``node``'s DFA, with one placeholder byte for each character of its free and length-bounded
+    strings (`strings.UNIT`) where it has such strings and they expand to loops, the string
+    language then given with it; else spelled out (the lexer steps over loops per vocabulary)."""
+    units = strings.string_units()
+    dfa = rx.to_dfa(strings.with_placeholder_units(node))
+    if dfa.transitions[:, units.placeholder].any():
+        expanded = expand_unit_loops(dfa, units)
+        if expanded is not None and expanded[1] is not None:
+            return dfa, units
+        dfa = rx.to_dfa(node)
+    return dfa, None
 
 
 def _has_automaton(node) -> bool:

@@ -87,6 +87,8 @@ def string_body(min_length: int, max_length: int | None, values: list[rx.Node], 
     the compile budget fails in its own subschema (and the error names its pointer).
     """
     dfa = _all_of(values) if values else None
+    if dfa is not None and rx.difference(_every_spelling(), dfa).start == DEAD:
+        dfa = None  # a pattern every string matches (``[\s\S]*``): the length alone bounds it
     if max_length is None and longest is not None and (dfa is None or not is_finite(dfa)):
         max_length = max(longest, min_length)
     if dfa is None:
@@ -104,6 +106,12 @@ def _all_of(values: list[rx.Node]) -> ByteDFA:
     for v in values[1:]:
         dfa = rx.intersect(dfa, spelled_dfa(v))
     return dfa
+
+
+@functools.cache
+def _every_spelling() -> ByteDFA:
+    """The minimal DFA of the canonical spellings of every string."""
+    return rx.to_dfa(rx.star(CANONICAL_UNIT))
 
 
 @functools.lru_cache(maxsize=64)

@@ -37,7 +37,8 @@ import json
 from collections.abc import Callable, Sequence
 
 from ananke_jax._src.compile import regex_ast as rx
-from ananke_jax._src.compile.regex import choices_to_dfa, parse_regex, regex_to_dfa
+from ananke_jax._src.compile.lexer import terminal_dfa
+from ananke_jax._src.compile.regex import choices_to_dfa, parse_regex
 from ananke_jax._src.errors import GrammarError, SchemaError
 from ananke_jax._src.frontends.api import grammar_to_ir
 from ananke_jax._src.ir import Grammar
@@ -348,7 +349,7 @@ class StructuralCompiler:
 def _grammar_bodies(ir: Grammar) -> tuple[dict[str, rx.Node], str]:
     """A grammar IR as rule bodies: terminals as automata, each followed by the ignored ones (which
     may also open the text), under a start rule of a name no grammar rule can have."""
-    automata = {t.name: rx.Automaton(t.dfa if t.dfa is not None else regex_to_dfa(t.regex)) for t in ir.terminals}
+    automata = {t.name: rx.Automaton(terminal_dfa(t)) for t in ir.terminals}
     ignored = rx.star(rx.alt(*[automata[name] for name in ir.ignore]))
     terminals = {name: rx.seq(node, ignored) for name, node in automata.items()}
     bodies = {
