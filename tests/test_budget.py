@@ -38,6 +38,19 @@ def test_a_pattern_over_the_budget_names_its_subschema(sentencepiece_vocab):
     assert e.value.pointer == "#/properties/a/items"
 
 
+@pytest.mark.parametrize("bounds", [{"maxLength": 40_960}, {"minLength": 40_960}])
+def test_a_long_string_is_refused_from_its_length_before_its_automaton_is_built(bounds, sentencepiece_vocab):
+    """The characters of a bounded string become a chain of one copy of the character automaton
+    per position, on the regular route and on the pushdown route alike; recursion (the pushdown
+    route) does not hide it."""
+    schema = {"type": "object", "properties": {"s": {"type": "string", **bounds}, "next": {"$ref": "#"}}}
+    with pytest.raises(
+        aj.SchemaError, match="a length-bounded string's automaton of 532,493 states is over the compile budget max_states=200,000"
+    ) as e:
+        aj.compile_json_schema(schema, sentencepiece_vocab)
+    assert e.value.pointer == "#/properties/s"
+
+
 @pytest.mark.parametrize(
     "schema",
     [

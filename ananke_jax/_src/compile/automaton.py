@@ -37,6 +37,7 @@ class NFABuilder:
     def __init__(self):
         self.edges: list[list[tuple[int, int, int]]] = []  # state -> [(lo, hi, target)]
         self.epsilons: list[list[int]] = []
+        self._moves: dict[int, tuple[ByteDFA, list]] = {}  # id -> (DFA, kept alive; its moves)
 
     def state(self) -> int:
         if len(self.edges) % CHECK_EVERY == 0:
@@ -73,13 +74,15 @@ class NFABuilder:
 
     def copy(self, dfa: ByteDFA, moves: list[list[tuple[int, int, int]]] | None = None) -> Fragment:
         """A copy of ``dfa``'s live states whose accepting states lead to the fragment's end
-        (``moves``: its `dfa_moves`, computed once for several copies)."""
+        (``moves``: its `dfa_moves`; by default those listed for its first copy)."""
         end = self.state()
         if dfa.start == DEAD:
             return Fragment(self.state(), end)
-        moves = dfa_moves(dfa) if moves is None else moves
+        if moves is None:  # a repeated automaton's moves are listed once
+            moves = self._moves.setdefault(id(dfa), (dfa, dfa_moves(dfa)))[1]
         offset = len(self.edges) - 1  # live state s becomes s + offset
         charge_states(offset + dfa.num_states, "an NFA")
+        check_time()
         self.edges += [[(lo, hi, t + offset) for lo, hi, t in row] for row in moves]
         self.epsilons += [[end] if a else [] for a in dfa.accepting[1:].tolist()]
         return Fragment(dfa.start + offset, end)

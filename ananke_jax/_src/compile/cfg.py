@@ -219,20 +219,25 @@ class _LoopOutcomes:
         num_loop = self.columns.shape[1]
         loop_class = np.append(self.class_of_group, -1)[np.minimum(self.groups.of_id, len(self.class_of_group))]
         classes, _, token_class = unique_first_inverse(token_class * (num_loop + 1) + loop_class + 1)
+        charge_bytes(4 * len(class_set) * len(classes), "the mask tables")
         class_set = class_set[:, classes // (num_loop + 1)]
         of_loop = classes % (num_loop + 1) - 1
-        values = np.where(of_loop >= 0, self.columns[:, np.maximum(of_loop, 0)], DEAD).astype(np.int64)
-        width = int(max(values.max(initial=0), set_value.max(initial=0))) + 1
-        class_set[self.rows] = _lookup(set_q * width + set_value, set_id, self.rows[:, None] * width + values, EMPTY_SET)
+        width = int(max(self.columns.max(initial=0), set_value.max(initial=0))) + 1
+        known = set_q * width + set_value
+        order = np.argsort(known, kind="stable")
+        for part in _slices(np.full(len(self.rows), len(classes)), _CHUNK_ROWS):
+            check_time()
+            values = np.where(of_loop >= 0, self.columns[part][:, np.maximum(of_loop, 0)], DEAD).astype(np.int64)
+            class_set[self.rows[part]] = _lookup(known[order], set_id[order], self.rows[part, None] * width + values, EMPTY_SET)
         return token_class, class_set
 
 
 def _lookup(keys: np.ndarray, values: np.ndarray, queries: np.ndarray, default: int) -> np.ndarray:
-    """The value of each query's key (``default`` where there is none); ``keys`` distinct."""
-    order = np.argsort(keys, kind="stable")
-    at = np.minimum(np.searchsorted(keys[order], queries), len(keys) - 1) if len(keys) else np.zeros(queries.shape, np.int64)
-    found = keys[order][at] == queries if len(keys) else np.zeros(queries.shape, bool)
-    return np.where(found, values[order][at] if len(keys) else default, default)
+    """The value of each query's key (``default`` where there is none); ``keys`` sorted, distinct."""
+    if not len(keys):
+        return np.full(queries.shape, default)
+    at = np.minimum(np.searchsorted(keys, queries), len(keys) - 1)
+    return np.where(keys[at] == queries, values[at], default)
 
 
 def _loop_outcomes(lexer: Lexer, loops: UnitLoops, vocab: Vocabulary, walk) -> _LoopOutcomes:

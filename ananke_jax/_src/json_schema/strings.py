@@ -92,6 +92,8 @@ def string_body(min_length: int, max_length: int | None, values: list[rx.Node], 
     if max_length is None and longest is not None and (dfa is None or not is_finite(dfa)):
         max_length = max(longest, min_length)
     if dfa is None:
+        inner = int((~_any_unit().accepting).sum()) - 1  # the states inside one unit, spelled out
+        charge_states(((max_length if max_length is not None else min_length) + 1) * inner, "a length-bounded string's automaton")
         return rx.repeat(ANY_UNIT, min_length, max_length)
     if len(values) == 1 and (min_length, max_length) == (0, None):
         return rx.Automaton(dfa, source=spelled(values[0]))  # built once, printed as the tree
@@ -147,6 +149,12 @@ def _canonical_length_dfa(min_length: int, max_length: int | None):
     accepting[reads * len(inner) + local[unit.start] + 1] = reads >= min_length
     start = local[unit.start] + 1
     return minimise(transitions.astype(np.int32), accepting, start=int(start), byte_class=byte_class.astype(np.int32))
+
+
+@functools.cache
+def _any_unit() -> ByteDFA:
+    """The minimal DFA of one character of a JSON string as written (`ANY_UNIT`)."""
+    return rx.to_dfa(ANY_UNIT)
 
 
 @functools.cache
