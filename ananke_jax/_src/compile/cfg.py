@@ -473,14 +473,8 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
     by_class = np.argsort(tables.token_class, kind="stable")  # the tokens of each class, contiguous
     class_start = np.cumsum(class_size) - class_size
     states = np.arange(num_states, dtype=np.int64)
-    # The (state, set) pairs that occur, the empty set in every state, sorted: a set's local
-    # index is its rank among its state's pairs.
-    keys = states[:, None] * num_sets + tables.class_set
-    pairs = sorted_unique(np.concatenate([states * num_sets + EMPTY_SET, keys.ravel()]))
-    pair_state, pair_set = pairs // num_sets, pairs % num_sets
-    pair_of = np.searchsorted(pairs, keys)  # [Q, C]
-    local = pair_of - np.searchsorted(pair_state, states)[:, None]
-    size = np.bincount(pair_of.ravel(), weights=np.broadcast_to(class_size, keys.shape).ravel(), minlength=len(pairs))
+    pair_state, pair_set, pair_of, size = _state_set_pairs(tables.class_set, class_size, num_sets)
+    local = pair_of - np.searchsorted(pair_state, states)[:, None]  # a set's rank among its state's
     size[pair_set == EMPTY_SET] = 0
     big = np.flatnonzero(size >= threshold)
     # A dense row is the tokens of the classes in its set: rows are made once per class pattern.
@@ -505,6 +499,32 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
         padded(token_state, by_class[concatenated_ranges(class_start[small_c], class_size[small_c])]),
         padded(token_state, np.repeat(local[small_q, small_c], class_size[small_c])),
     )
+
+
+def _state_set_pairs(class_set: np.ndarray, class_size: np.ndarray, num_sets: int) -> tuple[np.ndarray, ...]:
+    """The (state, set) pairs that occur in ``class_set`` (int32[Q, C]), the empty set in every
+    state, in order: int64[P] states and sets; int64[Q, C], each entry's pair; and float64[P],
+    the tokens of each pair (``class_size``, int[C], the tokens of each class). Counted in blocks
+    of states over a dense [block, ``num_sets``] table (sorting the Q x C keys took seconds)."""
+    rows = max(1, _CHUNK_ROWS // max(num_sets, 1))
+    states, sets, sizes = [], [], []
+    pair_of = np.empty(class_set.shape, np.int64)
+    found = 0
+    for lo in range(0, len(class_set), rows):
+        check_time()
+        block = class_set[lo : lo + rows]
+        flat = (np.arange(len(block))[:, None] * num_sets + block).ravel()
+        occurs = np.bincount(flat, minlength=len(block) * num_sets).reshape(len(block), num_sets) > 0
+        occurs[:, EMPTY_SET] = True
+        tokens = np.bincount(flat, weights=np.broadcast_to(class_size, block.shape).ravel(), minlength=len(block) * num_sets)
+        state, set_ = np.nonzero(occurs)
+        pair_of[lo : lo + rows] = (np.cumsum(occurs.ravel()) - 1 + found)[flat].reshape(block.shape)
+        states.append(state + lo)
+        sets.append(set_)
+        sizes.append(tokens[state * num_sets + set_])
+        found += len(state)
+    concat = lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype)
+    return concat(states, np.int64), concat(sets, np.int64), pair_of, concat(sizes, np.float64)
 
 
 @pausing_gc
