@@ -182,7 +182,7 @@ def test_strings_stepped_as_unit_loops_allow_what_spelled_strings_allow(name, re
     length bounds)."""
     _, vocab, _ = real_vocab
     rules = json_schema_rules(LOOPED[name])
-    looped, spelled = (to_grammar(rules, recursive_rules(rules), units=units) for units in (True, False))
+    looped, spelled = (to_grammar(rules, recursive_rules(rules), compiling=units) for units in (True, False))
     assert any(t.units is not None for t in looped.terminals) and not any(t.units is not None for t in spelled.terminals)
     looped, spelled = aj.compile_grammar(looped, vocab), aj.compile_grammar(spelled, vocab)
     rng = np.random.default_rng(3)

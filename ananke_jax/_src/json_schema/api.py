@@ -213,7 +213,7 @@ def compile_rules(
     pushdown_rules = rules_with_bounded_gaps(rules, max_whitespace) if gaps else rules
     options = dict(stack_depth=stack_depth, max_configs=max_configs)
     if not split:
-        return compile_grammar(to_grammar(pushdown_rules, recursive, units=True), vocab, **options)
+        return compile_grammar(to_grammar(pushdown_rules, recursive, compiling=True), vocab, **options)
     try:
         return compile_in_pieces(pushdown_rules, vocab, max_terminal, **options)
     except BudgetError:
@@ -228,10 +228,10 @@ def compile_in_pieces(rules: Rules, vocab: Vocabulary, max_terminal: int, **opti
     whitespace, say): coarser ones are tried, then whole ones."""
     for limit in (max_terminal, 16 * max_terminal):
         try:
-            return compile_grammar(to_grammar(rules, set(), max_terminal=limit, charge_total=True, units=True), vocab, **options)
+            return compile_grammar(to_grammar(rules, set(), max_terminal=limit, charge_total=True, compiling=True), vocab, **options)
         except ConflictError:
             pass
-    return compile_grammar(to_grammar(rules, set(), charge_total=True, units=True), vocab, **options)
+    return compile_grammar(to_grammar(rules, set(), charge_total=True, compiling=True), vocab, **options)
 
 
 def _compile_regular(node: rx.Node, vocab: Vocabulary, *, gaps: bool, max_whitespace: int) -> RegularGrammar:

@@ -79,30 +79,31 @@ def to_grammar(
     printable: bool = False,
     max_terminal: float = math.inf,
     charge_total: bool = False,
-    units: bool = False,
+    compiling: bool = False,
 ) -> Grammar:
     """The IR: kept rules as nonterminals, reference-free pieces as terminals (with DFAs), each
     estimated (`rx.nfa_size`) within ``max_terminal`` NFA states unless it is one leaf or a
     bounded repeat of a small body.
 
     A terminal built from automata gets its regex text (by state elimination, which can be slow
-    on large automata) only when ``printable``; otherwise the text just names its size. With
-    ``units``, a terminal's free and length-bounded strings are read as placeholder units where
-    they can be (`TerminalDef.units`), for the compiler; else its DFA spells them out.
+    on large automata) only when ``printable``; otherwise the text just names its size. A grammar
+    for the compiler (``compiling``) prints no text unless ``printable`` (printing large trees took
+    seconds), and its terminals read their free and length-bounded strings as placeholder units
+    where they can (`TerminalDef.units`); else a terminal's DFA spells them out.
 
     Raises:
       BudgetError: ``charge_total``, a finite ``max_terminal``, and the terminals' estimates add
         up over ``max_states`` (checked before any is built).
     """
     bodies = inline(rules, keep)
-    return _Writer(bodies, rules.start, printable, max_terminal, units).grammar(charge_total)
+    return _Writer(bodies, rules.start, printable, max_terminal, compiling).grammar(charge_total)
 
 
 class _Writer:
-    def __init__(self, bodies: dict[str, rx.Node], start: str, printable: bool, max_terminal: float, units: bool):
+    def __init__(self, bodies: dict[str, rx.Node], start: str, printable: bool, max_terminal: float, compiling: bool):
         self.bodies = bodies
         self.printable = printable
-        self.units = units
+        self.compiling = compiling
         self.max_terminal = max_terminal
         self.sizes: dict[int, tuple[rx.Node, float]] = {}  # id -> (node, kept alive; NFA estimate)
         self.names = _readable_names([start, *[n for n in bodies if n != start]], start)
@@ -223,8 +224,8 @@ class _Writer:
         return self.terminals.setdefault(node, f"T{len(self.terminals)}")
 
     def terminal_def(self, node: rx.Node, name: str) -> TerminalDef:
-        dfa, units = _terminal_automaton(node) if self.units else (rx.to_dfa(node), None)
-        if self.printable or not _has_automaton(node):
+        dfa, units = _terminal_automaton(node) if self.compiling else (rx.to_dfa(node), None)
+        if self.printable or not (self.compiling or _has_automaton(node)):
             try:
                 text = rx.to_regex(node)
             except GrammarError as e:
