@@ -60,6 +60,7 @@ class SchemaCompiler(Combinators, Negation, Scalars, Arrays, Objects):
         self.bodies: dict[str, rx.Node | None] = {}
         self._key_patterns: dict[str, ByteDFA] = {}
         self._negating = 0  # nesting of the differences being compiled
+        self._scalar_languages: dict[tuple, rx.Node] = {}  # `Negation.scalar_language`, by schema
 
     # --- rules -------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import warnings
 
 from ananke_jax._src.compile import regex_ast as rx
@@ -71,11 +72,20 @@ class Negation:
                             m for c in cases for v in self.failures(c, b, t, pointer) if (m := self.merge([c, v], pointer)) is not False
                         ]
                     elif not self.disjoint(rest, b, t, pointer):
-                        excluded = self.typed(self.merge([b, {"type": t}], pointer), pointer, depth).get(t, rx.NOTHING)
+                        excluded = self.scalar_language(self.merge([b, {"type": t}], pointer), t, pointer, depth)
                         node = automaton_node(rx.difference(rx.intersect(rx.to_dfa(node), _canonical(t)), rx.to_dfa(excluded)))
             if cases != original:
                 node = rx.alt(*[self.value(c, pointer, depth) for c in cases])
         return node
+
+    def scalar_language(self, s: dict, t: str, pointer: str, depth: int) -> rx.Node:
+        """The type-``t`` values of ``s`` (a scalar type: no rules are made), each schema's built
+        once: a oneOf nested n deep excludes its inner branches from each outer one, which took
+        2^n builds of the same languages."""
+        key = (json.dumps(s, sort_keys=True), t, pointer, depth)
+        if key not in self._scalar_languages:
+            self._scalar_languages[key] = self.typed(s, pointer, depth).get(t, rx.NOTHING)
+        return self._scalar_languages[key]
 
     @contextlib.contextmanager
     def negating(self):
