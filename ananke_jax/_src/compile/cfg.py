@@ -488,6 +488,7 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
         check_time()
         rows.append(pack_bits(np.ascontiguousarray(patterns[chunk : chunk + 64][:, tables.token_class])))
     # The other sets' tokens, class by class.
+    check_time()
     small_q, small_c = np.nonzero((size[pair_of] > 0) & (size[pair_of] < threshold))
     token_state = np.repeat(small_q, class_size[small_c])
     padded = lambda keys, values: np.maximum(padded_groups(keys, values, num_states), 0)
@@ -560,8 +561,10 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     words = -(-vocab.logits_width // 32)
     eos_bits = np.zeros(vocab.logits_width, bool)
     eos_bits[list(vocab.eos_token_ids)] = True
+    check_time()
     mask_parts = _mask_parts(t, words)
     charge_bytes(sum(x.nbytes for x in (*mask_parts, t.class_set, t.token_class, t.set_members, t.state_outcomes)), "the mask tables")
+    check_time()  # before the tables go to the device
     state_sets, rows, dense_row, dense_set, sparse_token, sparse_set = mask_parts
     return PushdownGrammar(
         lexer_start=_device(lexer.start, np.int32),
