@@ -17,9 +17,12 @@ from lark import Lark
 import ananke_jax as aj
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile import token_table
+from ananke_jax._src.compile.cfg import _lexer_with_loops
+from ananke_jax._src.compile.lexer import without_empty_terminals
 from ananke_jax._src.compile.token_table import token_columns
 from ananke_jax._src.compile.token_trie import single_group, vocabulary_trie
 from ananke_jax._src.compile.unit_loops import expand_unit_loops, loop_columns
+from ananke_jax._src.ir import Rule, TerminalDef
 from ananke_jax._src.json_schema import numbers, strings
 from ananke_jax._src.json_schema.api import compile_in_pieces, json_schema_rules
 from ananke_jax._src.json_schema.assemble import inline, recursive_rules, to_grammar
@@ -197,6 +200,35 @@ def test_strings_stepped_as_unit_loops_allow_what_spelled_strings_allow(name, re
             token = int(rng.choice(choices))
             state, reference = _advance(looped, state, token), _advance(spelled, reference, token)
             assert bool(_accepts_state(looped, state)) == bool(_accepts_state(spelled, reference))
+
+
+def test_a_lexer_that_cannot_keep_string_loops_spells_them_out(sentencepiece_vocab):
+    """Where one lexer state reads a string's characters as units beside another terminal that
+    begins with one of their bytes (the literal "x" beside any string of at most 6 characters,
+    both from the start), the lexer cannot step over the loop per vocabulary: every terminal is
+    spelled out, and whole masks equal those of the grammar written spelled out."""
+    body = strings.quoted(rx.repeat(strings.ANY_UNIT, 0, 6))
+    placeholders = rx.to_dfa(strings.with_placeholder_units(body))
+
+    def grammar(string: TerminalDef) -> aj.Grammar:
+        return aj.Grammar((Rule("s", ("A",)), Rule("s", ("B",))), (string, TerminalDef("B", '"x"')), "s")
+
+    looped = grammar(TerminalDef("A", "a string", placeholders, strings.string_units()))
+    spelled = grammar(TerminalDef("A", "a string", rx.to_dfa(body)))
+    ir, dfas = without_empty_terminals(looped)
+    assert _lexer_with_loops(ir.terminals, dfas, np.ones((1, 2), bool))[1] is None
+    looped, spelled = aj.compile_grammar(looped, sentencepiece_vocab), aj.compile_grammar(spelled, sentencepiece_vocab)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        state, reference = looped.init_state(), spelled.init_state()
+        for _ in range(10):
+            allowed = unpack(_mask(spelled, reference))
+            np.testing.assert_array_equal(unpack(_mask(looped, state)), allowed)
+            choices = np.flatnonzero(allowed[: len(sentencepiece_vocab)])
+            if not len(choices):
+                break
+            token = int(rng.choice(choices))
+            state, reference = _advance(looped, state, token), _advance(spelled, reference, token)
 
 
 def _dfa(schema, **options):
