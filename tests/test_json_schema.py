@@ -187,19 +187,7 @@ def test_strings_stepped_as_unit_loops_allow_what_spelled_strings_allow(name, re
     rules = json_schema_rules(LOOPED[name])
     looped, spelled = (to_grammar(rules, recursive_rules(rules), compiling=units) for units in (True, False))
     assert any(t.units is not None for t in looped.terminals) and not any(t.units is not None for t in spelled.terminals)
-    looped, spelled = aj.compile_grammar(looped, vocab), aj.compile_grammar(spelled, vocab)
-    rng = np.random.default_rng(3)
-    for _ in range(8):
-        state, reference = looped.init_state(), spelled.init_state()
-        for _ in range(60):
-            allowed = unpack(_mask(spelled, reference))
-            np.testing.assert_array_equal(unpack(_mask(looped, state)), allowed)
-            choices = np.flatnonzero(allowed[: len(vocab)])
-            if not len(choices):
-                break
-            token = int(rng.choice(choices))
-            state, reference = _advance(looped, state, token), _advance(spelled, reference, token)
-            assert bool(_accepts_state(looped, state)) == bool(_accepts_state(spelled, reference))
+    _assert_walks_alike(aj.compile_grammar(looped, vocab), aj.compile_grammar(spelled, vocab), vocab, seed=3, walks=8, steps=60)
 
 
 def test_a_lexer_that_cannot_keep_string_loops_spells_them_out(sentencepiece_vocab):
@@ -217,18 +205,25 @@ def test_a_lexer_that_cannot_keep_string_loops_spells_them_out(sentencepiece_voc
     spelled = grammar(TerminalDef("A", "a string", rx.to_dfa(body)))
     ir, dfas = without_empty_terminals(looped)
     assert _lexer_with_loops(ir.terminals, dfas, np.ones((1, 2), bool))[1] is None
-    looped, spelled = aj.compile_grammar(looped, sentencepiece_vocab), aj.compile_grammar(spelled, sentencepiece_vocab)
-    rng = np.random.default_rng(0)
-    for _ in range(20):
-        state, reference = looped.init_state(), spelled.init_state()
-        for _ in range(10):
-            allowed = unpack(_mask(spelled, reference))
-            np.testing.assert_array_equal(unpack(_mask(looped, state)), allowed)
-            choices = np.flatnonzero(allowed[: len(sentencepiece_vocab)])
+    compiled = (aj.compile_grammar(g, sentencepiece_vocab) for g in (looped, spelled))
+    _assert_walks_alike(*compiled, sentencepiece_vocab, seed=0, walks=20, steps=10)
+
+
+def _assert_walks_alike(cg, reference, vocab, *, seed: int, walks: int, steps: int) -> None:
+    """Whole masks (EOS included) and acceptance of ``cg`` equal ``reference``'s along random
+    walks of tokens ``reference`` allows."""
+    rng = np.random.default_rng(seed)
+    for _ in range(walks):
+        state, expected = cg.init_state(), reference.init_state()
+        for _ in range(steps):
+            allowed = unpack(_mask(reference, expected))
+            np.testing.assert_array_equal(unpack(_mask(cg, state)), allowed)
+            choices = np.flatnonzero(allowed[: len(vocab)])
             if not len(choices):
                 break
             token = int(rng.choice(choices))
-            state, reference = _advance(looped, state, token), _advance(spelled, reference, token)
+            state, expected = _advance(cg, state, token), _advance(reference, expected, token)
+            assert bool(_accepts_state(cg, state)) == bool(_accepts_state(reference, expected))
 
 
 def _dfa(schema, **options):

@@ -31,7 +31,7 @@ from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_term
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import Paths, outcome_tries
 from ananke_jax._src.compile.token_table import spell_tokens
-from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes
+from ananke_jax._src.compile.token_trie import TokenGroups, TokenTrie, classes_of_hashes
 from ananke_jax._src.compile.unit_loops import UnitLoops, expand_unit_loops, loop_columns
 from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.errors import GrammarError
@@ -194,7 +194,7 @@ class _LoopOutcomes:
 
     rows: np.ndarray
     columns: np.ndarray
-    groups: object
+    groups: TokenGroups
     class_of_group: np.ndarray
     outcomes: tuple[np.ndarray, np.ndarray, np.ndarray]
     value: np.ndarray
@@ -225,10 +225,11 @@ class _LoopOutcomes:
         width = int(max(self.columns.max(initial=0), set_value.max(initial=0))) + 1
         known = set_q * width + set_value
         order = np.argsort(known, kind="stable")
+        known, set_id = known[order], set_id[order]
         for part in _slices(np.full(len(self.rows), len(classes)), _CHUNK_ROWS):
             check_time()
             values = np.where(of_loop >= 0, self.columns[part][:, np.maximum(of_loop, 0)], DEAD).astype(np.int64)
-            class_set[self.rows[part]] = _lookup(known[order], set_id[order], self.rows[part, None] * width + values, EMPTY_SET)
+            class_set[self.rows[part]] = _lookup(known, set_id, self.rows[part, None] * width + values, EMPTY_SET)
         return token_class, class_set
 
 
