@@ -13,13 +13,20 @@ The parser is our own, over code points, with Unicode-mode (``u`` flag) meanings
   they cannot be syntax, any non-alphanumeric character may be escaped, and a class escape at a
   range end makes the ``-`` literal (``[\\w-.]``).
 * Lazy quantifiers match the same language as greedy ones.
+* Lookahead and lookbehind, of any width and anywhere outside another lookaround, are exact
+  (`ananke_jax._src.compile.lookaround`).
+* Flags ``i`` (simple case folding) and ``s`` (``.`` matches line terminators too) are set for a
+  group as in ES2025 (``(?i:...)``, ``(?-i:...)``) or, as in PCRE, for the rest of the group
+  (``(?i)``), a leniency for patterns written for other engines.
 
-Backreferences, lookaround, ``\\b`` / ``\\B``, inline flags and unknown property names raise
-`SchemaError`. Anchors may stand anywhere (``(^|,)x``, ``(a$)?``): the language is exact.
+Backreferences, lookaround inside lookaround, ``\\b`` / ``\\B``, the ``m`` flag and unknown
+property names raise `SchemaError`. Anchors may stand anywhere (``(^|,)x``, ``(a$)?``): the
+language is exact.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import re
@@ -29,6 +36,7 @@ from typing import NamedTuple
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile import utf8
+from ananke_jax._src.compile.lookaround import MARKER_BYTES, Lookaround, marker, resolve
 from ananke_jax._src.errors import SchemaError
 
 Ranges = list[tuple[int, int]]
@@ -47,6 +55,8 @@ _CONTROL_ESCAPES = {"f": 0x0C, "n": 0x0A, "r": 0x0D, "t": 0x09, "v": 0x0B}
 _DIGITS = frozenset("0123456789")
 _NONZERO_DIGITS = _DIGITS - {"0"}
 _LOOKAROUND = {"?=": "lookahead", "?!": "negative lookahead", "?<=": "lookbehind", "?<!": "negative lookbehind"}
+_FLAGS = frozenset("is")
+_MODIFIERS = re.compile(r"\?([a-z]*)(?:-([a-z]*))?([:)])")
 _QUANTIFIER = re.compile(r"\{([0-9]+)(,([0-9]*))?\}")
 _GROUP_NAME = re.compile(r"[^\W\d]\w*>")
 _PROPERTY = re.compile(r"\{([A-Za-z_]+)(?:=([A-Za-z_]+))?\}")
@@ -78,16 +88,18 @@ def pattern_node(pattern: str, *, pointer: str = "", keyword: str = "pattern") -
       keyword: the keyword holding it (``pattern``, ``patternProperties``...), for errors.
 
     Returns:
-      A tree over code points (no `Automaton` nodes).
+      A tree over code points; with lookarounds, one `Automaton` reading their UTF-8.
 
     Raises:
       SchemaError: a syntax error or an unsupported feature, named with its position.
     """
     if not isinstance(pattern, str):
         raise SchemaError(f"a pattern must be a string, got {type(pattern).__name__}", keyword=keyword, pointer=pointer)
-    lang = _Parser(pattern, pointer, keyword).parse()
+    parser = _Parser(pattern, pointer, keyword)
+    lang = parser.parse()
     anything = rx.star(rx.Chars(tuple(_ANY)))
-    return rx.alt(rx.seq(anything, lang.free, anything), rx.seq(lang.start, anything), rx.seq(anything, lang.end), lang.both)
+    whole = rx.alt(rx.seq(anything, lang.free, anything), rx.seq(lang.start, anything), rx.seq(anything, lang.end), lang.both)
+    return rx.Automaton(resolve(whole, parser.lookarounds)) if parser.lookarounds else whole
 
 
 class _Lang(NamedTuple):
@@ -154,8 +166,16 @@ def _star(x: _Lang) -> _Lang:
 
 
 def _eps(*nodes: rx.Node) -> rx.Node:
-    """The empty string if some node accepts it, else nothing."""
+    """The strings of ``nodes`` that consume no text: the empty string if some node accepts it,
+    else nothing; where lookarounds' markers stand in them, those of markers alone."""
+    if any(isinstance(leaf, rx.Automaton) for node in nodes for leaf in rx.leaves(node)):
+        return rx.Automaton(rx.intersect(rx.to_dfa(rx.alt(*nodes)), _markers_only()))
     return rx.EMPTY if any(map(_nullable, nodes)) else rx.NOTHING
+
+
+@functools.cache
+def _markers_only():
+    return rx.to_dfa(rx.star(rx.alt(*map(marker, MARKER_BYTES))))
 
 
 def _nullable(node: rx.Node) -> bool:
@@ -176,6 +196,9 @@ class _Parser:
     def __init__(self, pattern: str, pointer: str, keyword: str):
         self.src, self.pos = pattern, 0
         self.pointer, self.keyword = pointer, keyword
+        self.flags: frozenset[str] = frozenset()
+        self.lookarounds: list[Lookaround] = []
+        self.asserting = False  # inside a lookaround
 
     def parse(self) -> _Lang:
         lang = self.disjunction()
@@ -225,6 +248,11 @@ class _Parser:
             return self.unquantified(_Lang(rx.NOTHING, start=rx.EMPTY), at)
         if self.eat("$"):
             return self.unquantified(_Lang(rx.NOTHING, end=rx.EMPTY), at)
+        if self.peek("(") and (m := _MODIFIERS.match(self.src, self.pos + 1)) and m[3] == ")":
+            self.flags, self.pos = self.modified(m, at), m.end()  # for the rest of the group
+            return self.unquantified(_EMPTY, at)
+        if any(self.peek("(" + prefix) for prefix in _LOOKAROUND):
+            return self.unquantified(self.lookaround(at), at)
         atom = self.atom()
         bounds = self.quantifier()
         if bounds is None:
@@ -259,34 +287,73 @@ class _Parser:
         at = self.pos
         c = self.take()
         if c == "(":
+            flags = self.flags
             body = self.group(at)
             if not self.eat(")"):
                 self.fail("missing ')'", at)
+            self.flags = flags
             return body
         if c in "*+?" or (c == "{" and _QUANTIFIER.match(self.src, at)):
             self.fail("nothing to repeat", at)
         if c == "[":
             return _chars(self.char_class())
         if c == ".":
-            return _chars(utf8.complement(_LINE_TERMINATORS))
+            return _chars(_ANY if "s" in self.flags else utf8.complement(_LINE_TERMINATORS))
         if c == "\\":
-            return _chars(self.atom_escape(at))
-        return _chars([(ord(c), ord(c))])
+            return _chars(self.folded(self.atom_escape(at)))
+        return _chars(self.folded([(ord(c), ord(c))]))
 
     def group(self, at: int) -> _Lang:
         if self.eat("?:"):
             return self.disjunction()
-        for prefix, feature in _LOOKAROUND.items():
-            if self.peek(prefix):
-                self.fail(f"unsupported regex feature: {feature}", at)
         if self.eat("?<"):
             name = _GROUP_NAME.match(self.src, self.pos)
             if not name:
                 self.fail("invalid group name")
             self.pos = name.end()
+        elif m := _MODIFIERS.match(self.src, self.pos):
+            self.flags, self.pos = self.modified(m, at), m.end()
         elif self.peek("?"):
-            self.fail("invalid group: inline flags and modifiers are not supported", at)
+            self.fail("invalid group", at)
         return self.disjunction()
+
+    def modified(self, m: re.Match, at: int) -> frozenset[str]:
+        """The flags after the modifiers ``m`` (`_MODIFIERS`) of the group at ``at``."""
+        on, off = set(m[1]), set(m[2] or "")
+        if not (on or off) or on & off or len(on) < len(m[1]) or len(off) < len(m[2] or ""):
+            self.fail("invalid group: malformed flags", at)
+        if unknown := (on | off) - _FLAGS:
+            self.fail(f"unsupported regex feature: the {''.join(sorted(unknown))} flag", at)
+        return (self.flags | on) - off
+
+    def lookaround(self, at: int) -> _Lang:
+        """A lookaround's marker (its assertion kept in `lookarounds`); ``(`` is next."""
+        prefix = next(p for p in sorted(_LOOKAROUND, key=len, reverse=True) if self.peek("(" + p))
+        feature = _LOOKAROUND[prefix]
+        if self.asserting:
+            self.fail(f"unsupported regex feature: {feature} inside a lookaround", at)
+        if len(self.lookarounds) == len(MARKER_BYTES):
+            self.fail(f"unsupported regex feature: more than {len(MARKER_BYTES)} lookarounds", at)
+        self.pos += 1 + len(prefix)
+        flags, self.asserting = self.flags, True
+        body = self.disjunction()
+        if not self.eat(")"):
+            self.fail("missing ')'", at)
+        self.flags, self.asserting = flags, False
+        text = rx.star(rx.Chars(tuple(_ANY)))
+        if ahead := prefix in ("?=", "?!"):
+            inner = rx.alt(rx.seq(body.free, text), body.end)
+            at_edge = rx.alt(inner, rx.seq(body.start, text), body.both)  # at the string's start
+        else:
+            inner = rx.alt(rx.seq(text, body.free), body.start)
+            at_edge = rx.alt(inner, rx.seq(text, body.end), body.both)  # at the string's end
+        byte = MARKER_BYTES[len(self.lookarounds)]
+        self.lookarounds.append(Lookaround(byte, ahead, inner, at_edge, negative=prefix.endswith("!")))
+        return _Lang(marker(byte))
+
+    def folded(self, ranges: Ranges) -> Ranges:
+        """``ranges`` and, under the ``i`` flag, every code point with the same simple case fold."""
+        return _case_closed(ranges) if "i" in self.flags else ranges
 
     def atom_escape(self, at: int) -> Ranges:
         """Ranges of the escape after a ``\\`` outside a class."""
@@ -387,6 +454,7 @@ class _Parser:
                 ranges.append((ord("-"), ord("-")))  # Annex B: a class escape makes '-' literal
                 ranges += _as_ranges(last)
             ranges += _as_ranges(first)
+        ranges = self.folded(ranges)
         return utf8.complement(ranges) if negate else ranges
 
     def class_atom(self) -> int | Ranges:
@@ -407,6 +475,30 @@ class _Parser:
 
 def _chars(ranges: Ranges) -> _Lang:
     return _Lang(rx.Chars(tuple(utf8.normalise(ranges))))
+
+
+def _case_closed(ranges: Ranges) -> Ranges:
+    """``ranges`` with every code point whose simple case fold is that of one of them."""
+    ranges = utf8.normalise(ranges)
+    starts = [lo for lo, _ in ranges]
+    inside = lambda cp: (i := bisect.bisect_right(starts, cp) - 1) >= 0 and cp <= ranges[i][1]
+    extra = [(p, p) for cp, partners in _case_partners().items() if inside(cp) for p in partners]
+    return utf8.normalise(ranges + extra)
+
+
+_CASED_BELOW = 0x20000  # planes 2 and up (ideographs, special purpose) have no case
+
+
+@functools.cache
+def _case_partners() -> dict[int, tuple[int, ...]]:
+    """The code points that share their simple case fold with others, and those others (the
+    single-character `str.casefold` of this Python's Unicode)."""
+    chars = list(map(chr, range(_CASED_BELOW)))
+    by_fold: dict[str, list[int]] = {}
+    for c, fold in zip(chars, map(str.casefold, chars)):
+        if c != fold and len(fold) == 1:
+            by_fold.setdefault(fold, [ord(fold)]).append(ord(c))
+    return {cp: tuple(p for p in group if p != cp) for group in by_fold.values() if len(group) > 1 for cp in group}
 
 
 def _as_ranges(atom: int | Ranges) -> Ranges:

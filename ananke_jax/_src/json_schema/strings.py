@@ -18,6 +18,7 @@ from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile import utf8
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, is_finite, minimise
 from ananke_jax._src.compile.budget import charge_states
+from ananke_jax._src.compile.lookaround import substitute
 from ananke_jax._src.compile.unit_loops import UnitLanguage
 
 _SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
@@ -45,8 +46,7 @@ def spelled(value: rx.Node) -> rx.Node:
     """The canonical JSON spellings (without quotes) of the strings in ``value``, kept per
     process (formats recur across schemas).
 
-    Raises:
-      ValueError: ``value`` holds an `Automaton` node (escape before combining automata).
+    `Automaton` nodes in ``value`` must read UTF-8 (values, not spellings).
     """
     return rx.map_leaves(value, _spelled_leaf)
 
@@ -60,7 +60,8 @@ def _spelled_leaf(value: rx.Node) -> rx.Node:
         return rx.alt(*([rx.Chars(tuple(ranges))] if ranges else []), *escapes)
     if isinstance(value, rx.Text):
         return rx.Text(spelling(value.text))
-    raise ValueError(f"cannot spell {type(value).__name__} nodes")
+    assert isinstance(value, rx.Automaton), value  # a pattern with lookarounds: UTF-8
+    return rx.Automaton(substitute(value.dfa, {cp: _escape(cp).encode() for cp in _ESCAPED}))
 
 
 def spelling(text: str) -> str:
@@ -96,7 +97,8 @@ def string_body(min_length: int, max_length: int | None, values: list[rx.Node], 
         charge_states(((max_length if max_length is not None else min_length) + 1) * inner, "a length-bounded string's automaton")
         return rx.repeat(ANY_UNIT, min_length, max_length)
     if len(values) == 1 and (min_length, max_length) == (0, None):
-        return rx.Automaton(dfa, source=spelled(values[0]))  # built once, printed as the tree
+        source = None if isinstance(values[0], rx.Automaton) else spelled(values[0])
+        return rx.Automaton(dfa, source=source)  # built once, printed as the tree
     if (min_length, max_length) != (0, None):
         dfa = rx.intersect(dfa, _canonical_length_dfa(min_length, max_length))
     return rx.Automaton(dfa) if dfa.start else rx.NOTHING

@@ -1,0 +1,110 @@
+"""Lookaround assertions as regular languages: marker bytes, a difference per assertion, erasure.
+
+A regex with lookarounds is first compiled with a fresh marker byte standing at each assertion's
+place (`marker`), then every string where some marker's assertion fails is taken out, and the
+markers are erased (`resolve`). An assertion inside a repeat leaves a marker per iteration, and
+each of them is checked, so any placement is exact. The markers are bytes that UTF-8 never holds.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import numpy as np
+
+from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile import utf8
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, NFABuilder, determinise, dfa_moves
+
+MARKER_BYTES = (0xF5, 0xF6, 0xF7, 0xF9, 0xFA, 0xFB, 0xFC, 0xFD)  # not UTF-8, nor placeholders
+_CHAR = rx.Chars(((0, utf8.MAX_CODE_POINT),))
+_TEXT = rx.star(_CHAR)
+
+
+class Lookaround(NamedTuple):
+    """One assertion, by the language the text on its side must (or, ``negative``, must not) be in.
+
+    Attributes:
+      byte: its marker byte.
+      ahead: True for a lookahead (the text after its place), False for a lookbehind (before).
+      inner: the allowed texts where the place is not at the string's edge on that side's far
+        end (a tree over code points: ``X.*`` for a lookahead ``(?=X)``, ``.*X`` for a lookbehind).
+      at_edge: the allowed texts where the place is at the far edge (a lookahead at the string's
+        start, where ``^`` in it can hold; a lookbehind at its end, for ``$``).
+      negative: the assertion is ``(?!...)`` or ``(?<!...)``.
+    """
+
+    byte: int
+    ahead: bool
+    inner: rx.Node
+    at_edge: rx.Node
+    negative: bool
+
+
+def marker(byte: int) -> rx.Automaton:
+    """A one-byte automaton standing at an assertion's place."""
+    transitions = np.zeros((3, 256), np.int32)
+    transitions[1, byte] = 2
+    return rx.Automaton(ByteDFA(transitions, np.array([False, False, True]), start=1))
+
+
+def resolve(marked: rx.Node, assertions: list[Lookaround]) -> ByteDFA:
+    """The minimal DFA of the strings of ``marked`` (a tree with `marker` nodes) whose every
+    marker's assertion holds, markers erased."""
+    bytes_ = [a.byte for a in assertions]
+    markers = rx.star(rx.alt(*(marker(b) for b in bytes_)))
+    anything = rx.star(rx.alt(_CHAR, *(marker(b) for b in bytes_)))
+    nonempty = rx.seq(markers, _CHAR, anything)
+    kept = rx.to_dfa(marked)
+    for a in assertions:  # one difference at a time: a union of all would track every one at once
+        inner, at_edge = (_ignoring(_failing(lang, a.negative), bytes_) for lang in (a.inner, a.at_edge))
+        if a.ahead:
+            violations = rx.alt(rx.seq(nonempty, marker(a.byte), inner), rx.seq(markers, marker(a.byte), at_edge))
+        else:
+            violations = rx.alt(rx.seq(inner, marker(a.byte), nonempty), rx.seq(at_edge, marker(a.byte), markers))
+        kept = rx.difference(kept, rx.to_dfa(violations))
+    return substitute(kept, dict.fromkeys(bytes_, b""))
+
+
+def _failing(allowed: rx.Node, negative: bool) -> ByteDFA:
+    """The minimal DFA of the texts that fail an assertion allowing ``allowed``."""
+    return rx.to_dfa(allowed) if negative else rx.difference(_text(), rx.to_dfa(allowed))
+
+
+@functools.cache
+def _text() -> ByteDFA:
+    return rx.to_dfa(_TEXT)
+
+
+def _ignoring(dfa: ByteDFA, bytes_: list[int]) -> rx.Automaton:
+    """``dfa`` reading the marker ``bytes_`` anywhere without moving (texts with markers added)."""
+    transitions = dfa.transitions.copy()
+    live = np.arange(1, dfa.num_states)
+    transitions[1:, np.asarray(bytes_)] = live[:, None]
+    return rx.Automaton(ByteDFA(transitions, dfa.accepting, dfa.start))
+
+
+def substitute(dfa: ByteDFA, spellings: dict[int, bytes]) -> ByteDFA:
+    """The minimal DFA of ``dfa``'s strings with each byte ``b`` in ``spellings`` written as
+    ``spellings[b]`` (``b""`` erases it)."""
+    builder = NFABuilder()
+    moves = [[(a, b, t) for lo, hi, t in row for a, b in _without(lo, hi, spellings)] for row in dfa_moves(dfa)]
+    fragment = builder.copy(dfa, moves)
+    offset = fragment.start - dfa.start
+    for byte, spelling in spellings.items():
+        for s in np.flatnonzero(dfa.transitions[1:, byte] != DEAD) + 1:
+            path = builder.literal(spelling)
+            builder.epsilons[s + offset].append(path.start)
+            builder.epsilons[path.end].append(int(dfa.transitions[s, byte]) + offset)
+    return determinise(builder, fragment)
+
+
+def _without(lo: int, hi: int, removed) -> list[tuple[int, int]]:
+    """The pieces of the byte range ``[lo, hi]`` outside the bytes ``removed``."""
+    out, start = [], lo
+    for b in sorted(x for x in removed if lo <= x <= hi):
+        if start < b:
+            out.append((start, b - 1))
+        start = b + 1
+    return out + ([(start, hi)] if start <= hi else [])
