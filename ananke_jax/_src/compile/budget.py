@@ -101,12 +101,13 @@ def _charge(field: str, count: int, subject: str) -> None:
         raise BudgetError(f"{subject} over the compile budget {field}={limit:,}", budget=field)
 
 
-def check_time() -> None:
-    """Stop a compile past its deadline (cheap: call it in loops).
+def check_time(ahead: float = 0.0) -> None:
+    """Stop a compile past its deadline (cheap: call it in loops), or one whose next step, of
+    about ``ahead`` seconds, would end past it.
 
     Raises:
       BudgetError: past ``max_seconds``.
     """
     meter = _meter.get()
-    if time.monotonic() > meter.deadline:
+    if time.monotonic() + ahead > meter.deadline:
         raise BudgetError(f"the compile ran past the compile budget max_seconds={meter.budget.max_seconds:g}", budget="max_seconds")

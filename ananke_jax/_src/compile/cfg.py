@@ -41,6 +41,7 @@ from ananke_jax._src.vocab import Vocabulary
 EMPTY_SET = 0  # the outcome set of tokens that are never allowed
 MAX_FRONTIER = 20_000_000
 _CHUNK_ROWS = 1 << 20  # walk rows stepped at once: the time between deadline checks
+_SORT_SECONDS_PER_ROW = 5e-8  # a level's sort, foreseen at the deadline check before it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -390,7 +391,9 @@ def _walk_outcomes(
             if len(sequences) > seq_mask:
                 raise GrammarError("the grammar's lexer is too ambiguous for this vocabulary")
             level += [inside, child[pair] | (row[pair] & (state_mask << q_shift)) | (cut.astype(np.int64) << lex_shift) | extended]
-        keys = sorted_unique(np.concatenate(level))
+        keys = np.concatenate(level)
+        check_time(ahead=_SORT_SECONDS_PER_ROW * len(keys))
+        keys = sorted_unique(keys)
         if len(keys) > MAX_FRONTIER:
             raise GrammarError("the grammar's lexer is too ambiguous for this vocabulary")
         found.append(keys[string_at[keys >> node_shift] >= 0])
