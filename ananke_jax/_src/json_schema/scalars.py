@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile.budget import charge_states
 from ananke_jax._src.errors import SchemaError
 from ananke_jax._src.json_schema import numbers, strings
 from ananke_jax._src.json_schema.ecma_regex import pattern_node
@@ -23,6 +24,9 @@ class Scalars:
         values = [s["const"]] if "const" in s else s["enum"]
         if "const" in s and "enum" in s:
             values = [v for v in s["enum"] if json_equal(v, s["const"])]
+        # Each byte of a value's text is about two NFA states: a long enum is refused from its
+        # text, before its tree is built.
+        charge_states(2 * sum(len(compact(v).encode()) for v in values), "an enum's NFA")
         rest = {k: v for k, v in s.items() if k not in ("enum", "const")}
         check = self.typed(rest, pointer, depth) if set(rest) - {"type"} else None
         out: dict[str, list[rx.Node]] = {}
