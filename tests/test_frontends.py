@@ -369,11 +369,13 @@ def test_lark_rules_templates_and_ignore():
     assert accepts(grammar, "a , [ b,[]] ,c") and not accepts(grammar, "a,,b")
 
 
-def test_case_insensitive_strings():
-    grammar = lark_to_ir('start: KEY NAME\nKEY: "select"i\nNAME: "ab"i "-" /[0-9]+/\n%ignore " "')
-    assert _terminal(grammar, "KEY") == "[Ssſ][Ee][Ll][Ee][Cc][Tt]"
-    assert _terminal(grammar, "NAME") == r"(?:[Aa][Bb])\-[0-9]+"
-    assert accepts(grammar, "SeLeCt aB-12") and not accepts(grammar, "selec ab-1")
+def test_case_insensitive_strings_and_regexes():
+    """The ``i`` flag, on strings, inside larger terminals and on regexes, matches as Python's
+    re.IGNORECASE: ``ſ`` is an ``s``, the Kelvin sign a ``k``."""
+    grammar = lark_to_ir('start: KEY NAME WORD\nKEY: "select"i\nNAME: "ab"i "-" /[0-9]+/\nWORD: /[k-l]+/i\n%ignore " "')
+    assert _terminal(grammar, "KEY") == "(?i:select)"
+    assert accepts(grammar, "SeLeCt aB-12 kL") and accepts(grammar, "ſelect ab-1 \u212a")
+    assert not accepts(grammar, "selec ab-1 k") and not accepts(grammar, "select ab-1 m")
 
 
 def test_regex_flags():
@@ -390,9 +392,9 @@ LARK_ERRORS = {
     "syntax error": ("start: A\nA: (", r"line 2 column 5"),
     "undefined rule": ("start: thing", r"thing"),
     "missing start": ('other: "a"', r"start"),
-    "case-insensitive regex": ("start: A\nA: /[a-z]+/i", r"terminal A: .*case-insensitive"),
-    "lookbehind": ("start: A\nA: /(?<!x)a/", r"terminal A: .*lookaround"),
-    "lookbehind in an anonymous terminal": ('start: "a" /(?<=a)b/', r"terminal /\(\?<=a\)b/: .*lookaround"),
+    "lookbehind before the terminal": ("start: A\nA: /(?<!x)a/", r"terminal A: .*lookbehind that reads before its start at position 0"),
+    "lookahead after an anonymous terminal": ('start: /b(?!a)/ "a"', r"terminal /b\(\?!a\)/: .*lookahead that reads past the end"),
+    "backreference": ("start: A\nA: /(a)\\1/", r"terminal A: .*backreference"),
     "empty language": ('start: "a" start', r"language is empty"),
 }
 

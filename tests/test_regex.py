@@ -89,10 +89,11 @@ def test_utf8_sequences_cover_exactly_the_code_point_range():
     "pattern, message",
     [
         (r"(a)\1", "backreference at position 3"),
-        (r"a(?=b)", "lookaround assertion at position 1"),
-        (r"a(?<!b)", "negative lookaround assertion at position 1"),
+        (r"a(?=b)", "lookahead that reads past the end of the match at position 1"),
+        (r"ab(?<!b)|(?<!b)a", "lookbehind that reads before its start at position 9"),
+        (r"(?=a(?<=a))a", "lookbehind inside a lookaround at position 4"),
+        ("(?=a)" * 9 + "a", "more than 8 lookarounds at position 40"),
         (r"(a)?(?(1)b|c)", "conditional group at position 4"),
-        (r"(?i)abc", "case-insensitive"),
         (r"a^b", "anchor away from the ends"),
         (r"\bfoo", "word boundary at position 0"),
         (r"a{2,1}", "at position 2"),
@@ -144,3 +145,75 @@ def test_random_regexes_accept_exactly_what_re_fullmatch_accepts(pattern):
             text = "".join(chars)
             expected = re.fullmatch(pattern, text, re.ASCII) is not None
             assert bool(dfa.accepting[dfa.walk(dfa.start, text.encode("utf-8"))]) == expected, (pattern, text)
+
+
+def _lookaround_regexes():
+    """Random regexes with lookarounds (lookbehinds of fixed width, as `re` takes them) and
+    case-insensitive groups, over a tiny alphabet."""
+    atoms = st.sampled_from(["a", "b", "[ab]", "[^a]", ".", "é", "(?i:a)", "(?i:[^b])"])
+    quantifiers = st.sampled_from(["", "*", "+", "?", "{0,2}"])
+    look = st.sampled_from(["(?=", "(?!", "(?<=", "(?<!"])
+    plain = st.recursive(
+        st.builds(lambda a, q: a + q, atoms, quantifiers),
+        lambda inner: st.one_of(st.builds(lambda a, b: a + b, inner, inner), st.builds(lambda a, b: f"(?:{a}|{b})", inner, inner)),
+        max_leaves=4,
+    )
+    fixed = st.sampled_from(["a", "b", "[ab]", "ab", "é", "(?i:A)"])
+    assertion = st.builds(lambda kind, body, inner: kind + (inner if "<" not in kind else body) + ")", look, fixed, plain)
+    one = st.sampled_from(["a", "b", "[ab]", ".", "(?i:a)"])  # a character each side keeps most assertions decided
+    inside = st.builds(
+        lambda a, x, b: a + x + b, one, st.one_of(assertion, st.builds(lambda a, q: f"(?:{a}){q}", assertion, quantifiers)), one
+    )
+    return st.lists(st.one_of(plain, assertion, inside, inside), min_size=1, max_size=4).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_lookaround_regexes())
+def test_lookarounds_and_case_folding_accept_what_re_fullmatch_accepts(pattern):
+    """Where a pattern's text alone decides its lookarounds it compiles to exactly what
+    re.fullmatch accepts (Unicode case folding: ``é`` is ``É``), and no text it has given up on
+    begins a match; otherwise some assertion reads outside the text, and the refusal says which
+    kind."""
+    try:
+        dfa = regex_to_dfa(pattern)
+    except GrammarError as e:
+        assert re.search(r"(lookahead that reads past the end|lookbehind that reads before its start|matches no string)", str(e)), e
+        return
+    texts = ["".join(chars) for n in range(5) for chars in itertools.product("abAéÉ", repeat=n)]
+    matches = [t for t in texts if re.fullmatch(pattern, t)]
+    for text in texts:
+        state = dfa.walk(dfa.start, text.encode("utf-8"))
+        assert bool(dfa.accepting[state]) == (text in matches), (pattern, text)
+        assert state != 0 or not any(m.startswith(text) for m in matches), (pattern, text)
+
+
+@pytest.mark.parametrize(
+    "pattern, reads_outside",
+    [
+        (r"/(?!/)[^/]*/", False),  # lark's REGEXP: the text after the first slash decides
+        (r'"(?:[^"\\]|\\.)*(?<!\\)"', False),  # a lookbehind inside the quotes
+        (r"[?](?![a-z])", True),  # lark's OP: the next character is the next terminal's
+        (r'"(?!"").*"', True),  # python.lark's STRING: "" then " is a long string
+        (r"(?<=a)b", True),
+    ],
+)
+def test_a_lookaround_is_refused_exactly_when_the_text_leaves_it_undecided(pattern, reads_outside):
+    """Against `regex`: some match, extended by one character before or after, flips the
+    assertion's verdict (found by brute force over short texts) iff the pattern is refused."""
+    strip = re.sub(r"\(\?<?[=!](?:[^()]|\\.)*\)", "", pattern)  # the pattern without its assertions
+    flips = False
+    for n in range(5):
+        for chars in itertools.product('a/?"b\\', repeat=n):
+            text = "".join(chars)
+            if re.fullmatch(strip, text) is None:
+                continue
+            for c in 'a/?"b\\':
+                before = regex_module.search(f"(?<=^{re.escape(c)})(?:{pattern})$", c + text) is not None
+                after = regex_module.search(f"^(?:{pattern})(?={re.escape(c)}$)", text + c) is not None
+                flips |= before != (re.fullmatch(pattern, text) is not None) or after != (re.fullmatch(pattern, text) is not None)
+    try:
+        regex_to_dfa(pattern)
+        refused = False
+    except GrammarError:
+        refused = True
+    assert refused == reads_outside == flips

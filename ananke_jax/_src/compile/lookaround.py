@@ -15,7 +15,7 @@ import numpy as np
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile import utf8
-from ananke_jax._src.compile.automaton import DEAD, ByteDFA, NFABuilder, determinise, dfa_moves
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, Fragment, NFABuilder, determinise, dfa_moves
 
 MARKER_BYTES = (0xF5, 0xF6, 0xF7, 0xF9, 0xFA, 0xFB, 0xFC, 0xFD)  # not UTF-8, nor placeholders
 _CHAR = rx.Chars(((0, utf8.MAX_CODE_POINT),))
@@ -65,6 +65,39 @@ def resolve(marked: rx.Node, assertions: list[Lookaround]) -> ByteDFA:
             violations = rx.alt(rx.seq(inner, marker(a.byte), nonempty), rx.seq(at_edge, marker(a.byte), markers))
         kept = rx.difference(kept, rx.to_dfa(violations))
     return substitute(kept, dict.fromkeys(bytes_, b""))
+
+
+def reading_outside(marked: rx.Node, assertions: list[Lookaround]) -> int | None:
+    """The index of the first assertion whose verdict, somewhere in ``marked`` taken as the
+    whole text, would change with text beyond it (a lookahead near the end, a lookbehind near
+    the start), or None: then the text alone decides every assertion, as in a lexer's token."""
+    bytes_ = [a.byte for a in assertions]
+    anything = rx.star(rx.alt(_CHAR, *(marker(b) for b in bytes_)))
+    dfa = rx.to_dfa(marked)
+    for i, a in enumerate(assertions):
+        allowed = rx.to_dfa(a.inner)
+        if allowed.start == DEAD:
+            continue  # never holds: decided without any text
+        undecided = _ignoring(rx.difference(_prefixes(allowed) if a.ahead else _suffixes(allowed), allowed), bytes_)
+        where = rx.seq(anything, marker(a.byte), undecided) if a.ahead else rx.seq(undecided, marker(a.byte), anything)
+        if rx.intersect(dfa, rx.to_dfa(where)).start != DEAD:
+            return i
+    return None
+
+
+def _prefixes(dfa: ByteDFA) -> ByteDFA:
+    """The prefixes of ``dfa``'s strings (its live states accept; minimised, all are co-accessible)."""
+    return ByteDFA(dfa.transitions, np.arange(dfa.num_states) != DEAD, dfa.start)
+
+
+def _suffixes(dfa: ByteDFA) -> ByteDFA:
+    """The minimal DFA of the suffixes of ``dfa``'s strings (entered at any live state)."""
+    builder = NFABuilder()
+    copied = builder.copy(dfa)
+    entry = builder.state()
+    offset = copied.start - dfa.start
+    builder.epsilons[entry] += [s + offset for s in range(1, dfa.num_states)]
+    return determinise(builder, Fragment(entry, copied.end))
 
 
 def _failing(allowed: rx.Node, negative: bool) -> ByteDFA:

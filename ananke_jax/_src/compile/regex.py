@@ -8,8 +8,12 @@ is exactly Python's. The constraint is always a *full* match. Semantics:
 * ``.`` excludes ``\\n`` unless the DOTALL flag (``(?s)``) is on, as in Python.
 * Lazy quantifiers match the same language as greedy ones.
 * ``^``/``\\A`` and ``$``/``\\Z`` are accepted only where they mark the start or end of the match.
-* Non-regular or match-order features (backreferences, lookaround, conditionals, atomic groups,
-  possessive quantifiers, word boundaries) and case-insensitive matching raise `GrammarError`.
+* ``(?i)`` matches as ``re.IGNORECASE`` does (`casefold.python_partners`).
+* Lookahead and lookbehind are exact where the matched text alone decides them
+  (`ananke_jax._src.compile.lookaround`); one that would read past the text's end or before its
+  start (``a(?!b)`` at the end of a terminal) raises `GrammarError`.
+* Non-regular or match-order features (backreferences, conditionals, atomic groups, possessive
+  quantifiers, word boundaries) raise `GrammarError`.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ananke_jax._src.compile import casefold, utf8
 from ananke_jax._src.compile import regex_ast as rx
-from ananke_jax._src.compile import utf8
 from ananke_jax._src.compile.automaton import ByteDFA, NFABuilder, determinise
+from ananke_jax._src.compile.lookaround import MARKER_BYTES, Lookaround, marker, reading_outside, resolve
 from ananke_jax._src.errors import GrammarError
 
 try:  # Python >= 3.11
@@ -48,9 +53,8 @@ _END_ANCHORS = {sre.AT_END, sre.AT_END_STRING}
 _UNSUPPORTED = {
     sre.GROUPREF: ("backreference", r"\\[1-9]|\(\?P="),
     sre.GROUPREF_EXISTS: ("conditional group", r"\(\?\("),
-    sre.ASSERT: ("lookaround assertion", r"\(\?<?="),
-    sre.ASSERT_NOT: ("negative lookaround assertion", r"\(\?<?!"),
 }
+_LOOKAROUND_SOURCE = r"\(\?<?[=!]"
 for _name, _feature in (
     ("ATOMIC_GROUP", ("atomic group", r"\(\?>")),
     ("POSSESSIVE_REPEAT", ("possessive quantifier", r"[*+?}]\+")),
@@ -82,10 +86,19 @@ def parse_regex(pattern: str) -> rx.Node:
         parsed = sre_parse.parse(pattern, 0)
     except re.error as e:
         raise GrammarError(f"invalid regex {pattern!r}: {e.msg} at position {e.pos}") from None
-    flags = parsed.state.flags
-    if flags & re.IGNORECASE:
-        _unsupported(pattern, "case-insensitive matching (?i)", r"\(\?[a-zA-Z]*i")
-    return _Translator(pattern).sequence(list(parsed), True, True, bool(flags & re.DOTALL))
+    translator = _Translator(pattern)
+    node = translator.sequence(list(parsed), True, True, parsed.state.flags)
+    if not translator.lookarounds:
+        return node
+    outside = reading_outside(node, translator.lookarounds)
+    if outside is not None:
+        feature = (
+            "lookahead that reads past the end of the match"
+            if translator.lookarounds[outside].ahead
+            else "lookbehind that reads before its start"
+        )
+        _unsupported(pattern, feature, _LOOKAROUND_SOURCE, outside)
+    return rx.Automaton(resolve(node, translator.lookarounds))
 
 
 def choices_to_dfa(choices: Sequence[str | bytes]) -> ByteDFA:
@@ -107,10 +120,10 @@ def _checked(dfa: ByteDFA, what: str) -> ByteDFA:
     return dfa
 
 
-def _unsupported(pattern: str, feature: str, source: str):
+def _unsupported(pattern: str, feature: str, source: str, occurrence: int = 0):
     plain = _plain_positions(pattern)
     starts = [m.start() for m in re.finditer(source, pattern) if plain[m.start()]]
-    where = f" at position {starts[0]}" if starts else ""
+    where = f" at position {starts[occurrence]}" if len(starts) > occurrence else ""
     raise GrammarError(f"unsupported regex feature: {feature}{where} in {pattern!r}")
 
 
@@ -140,35 +153,36 @@ class _Translator:
 
     def __init__(self, pattern: str):
         self.pattern = pattern
+        self.lookarounds: list[Lookaround] = []
+        self.asserting = False  # inside a lookaround
 
-    def sequence(self, items: list, at_start: bool, at_end: bool, dotall: bool) -> rx.Node:
+    def sequence(self, items: list, at_start: bool, at_end: bool, flags: int) -> rx.Node:
         # Zero-width anchors at the ends do not move the "at start/end" position.
         first = next((i for i, it in enumerate(items) if not _is_anchor(it)), len(items))
         last = max((i for i, it in enumerate(items) if not _is_anchor(it)), default=-1)
-        parts = [self.item(op, av, at_start and i <= first, at_end and i >= last, dotall) for i, (op, av) in enumerate(items)]
+        parts = [self.item(op, av, at_start and i <= first, at_end and i >= last, flags) for i, (op, av) in enumerate(items)]
         return rx.seq(*parts)
 
-    def item(self, op, av, at_start: bool, at_end: bool, dotall: bool) -> rx.Node:
+    def item(self, op, av, at_start: bool, at_end: bool, flags: int) -> rx.Node:
         if op is sre.LITERAL:
-            return rx.Chars(((av, av),))
+            return self.chars([(av, av)], flags)
         if op is sre.NOT_LITERAL:
-            return rx.Chars(tuple(utf8.complement([(av, av)])))
+            return rx.Chars(tuple(utf8.complement(self.chars([(av, av)], flags).ranges)))
         if op is sre.ANY:
-            return rx.Chars(((0, utf8.MAX_CODE_POINT),) if dotall else tuple(utf8.complement([(_NEWLINE, _NEWLINE)])))
+            return rx.Chars(((0, utf8.MAX_CODE_POINT),) if flags & re.DOTALL else tuple(utf8.complement([(_NEWLINE, _NEWLINE)])))
         if op is sre.IN:
-            return rx.Chars(tuple(utf8.normalise(self.char_class(av))))
+            return rx.Chars(tuple(utf8.normalise(self.char_class(av, flags))))
         if op is sre.BRANCH:
-            return rx.alt(*[self.sequence(list(alt), at_start, at_end, dotall) for alt in av[1]])
+            return rx.alt(*[self.sequence(list(alt), at_start, at_end, flags) for alt in av[1]])
         if op is sre.SUBPATTERN:
             _group, add_flags, del_flags, body = av
-            if add_flags & re.IGNORECASE:
-                _unsupported(self.pattern, "case-insensitive matching (?i)", r"\(\?[a-zA-Z]*i")
-            dotall = (dotall or bool(add_flags & re.DOTALL)) and not del_flags & re.DOTALL
-            return self.sequence(list(body), at_start, at_end, dotall)
+            return self.sequence(list(body), at_start, at_end, (flags | add_flags) & ~del_flags)
         if op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
             lo, hi, body = av
             upper = None if hi is sre.MAXREPEAT else hi
-            return rx.repeat(self.sequence(list(body), False, False, dotall), lo, upper)
+            return rx.repeat(self.sequence(list(body), False, False, flags), lo, upper)
+        if op in (sre.ASSERT, sre.ASSERT_NOT):
+            return self.lookaround(op is sre.ASSERT_NOT, *av, flags)
         if op is sre.AT:
             if (av in _START_ANCHORS and at_start) or (av in _END_ANCHORS and at_end):
                 return rx.EMPTY
@@ -179,7 +193,29 @@ class _Translator:
             _unsupported(self.pattern, *_UNSUPPORTED[op])
         _unsupported(self.pattern, f"regex construct {op}", r"$^")
 
-    def char_class(self, items) -> list[tuple[int, int]]:
+    def chars(self, ranges: list[tuple[int, int]], flags: int) -> rx.Chars:
+        """A class of ``ranges``, with their case partners under ``re.IGNORECASE``."""
+        if flags & re.IGNORECASE:
+            ranges = casefold.closed(ranges, casefold.python_partners())
+        return rx.Chars(tuple(utf8.normalise(ranges)))
+
+    def lookaround(self, negative: bool, direction: int, body, flags: int) -> rx.Node:
+        """A lookaround's marker (its assertion kept in `lookarounds`)."""
+        kind = ("lookahead" if direction == 1 else "lookbehind") + (" (negative)" if negative else "")
+        if self.asserting:
+            _unsupported(self.pattern, f"{kind} inside a lookaround", _LOOKAROUND_SOURCE, len(self.lookarounds) + 1)
+        if len(self.lookarounds) == len(MARKER_BYTES):
+            _unsupported(self.pattern, f"more than {len(MARKER_BYTES)} lookarounds", _LOOKAROUND_SOURCE, len(MARKER_BYTES))
+        self.asserting = True
+        text = rx.star(rx.Chars(((0, utf8.MAX_CODE_POINT),)))
+        inner = self.sequence(list(body), False, False, flags)
+        self.asserting = False
+        allowed = rx.seq(inner, text) if direction == 1 else rx.seq(text, inner)
+        byte = MARKER_BYTES[len(self.lookarounds)]
+        self.lookarounds.append(Lookaround(byte, direction == 1, allowed, allowed, negative))
+        return marker(byte)
+
+    def char_class(self, items, flags: int) -> list[tuple[int, int]]:
         negate = bool(items) and items[0][0] is sre.NEGATE
         ranges: list[tuple[int, int]] = []
         for op, av in items[negate:]:
@@ -191,6 +227,7 @@ class _Translator:
                 ranges.extend(_CATEGORIES[av])
             else:
                 _unsupported(self.pattern, f"character-class item {op} {av}", r"\[")
+        ranges = list(self.chars(ranges, flags).ranges)
         return utf8.complement(ranges) if negate else ranges
 
 

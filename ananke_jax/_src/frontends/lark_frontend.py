@@ -15,23 +15,21 @@ also a ``CNAME`` where the rules take one there, and two terminals need nothing 
 
 Terminals:
 
-* String literals are escaped. With the ``i`` flag each cased character becomes the class of the
-  characters Python's ``re.IGNORECASE`` matches it with, as lark's lexer would (``"as"i`` is
-  ``[Aa][Ssſ]``); so does a regex that is a plain literal (``/abc/i``). The ``i`` flag on any
-  other regex raises `GrammarError` naming the terminal.
-* The ``s``, ``m`` and ``x`` flags stay scoped inline flags (``(?s:...)``).
+* String literals are escaped. Flags (``"as"i``, ``/[a-z]+/i``) stay scoped inline flags
+  (``(?i:...)``); ``i`` matches as Python's ``re.IGNORECASE`` does (``"as"i`` takes ``aſ``).
 * A string built from lark's ``_STRING_ESC_INNER`` and a closing quote (``common.ESCAPED_STRING``
   is one) uses a lookbehind, which byte automata cannot take. Lark's lexer matches the *shortest*
   such string: the opening quote, characters other than newline where a backslash escapes the
   next one, and the first unescaped closing quote. That regular language,
   ``"(?:[^"\\\n]|\\.)*"``, is what we use (read as a whole-string match, lark's regex would
   also take unescaped quotes inside). Likewise ``common.C_COMMENT`` ends at the first ``*/``.
-* Other lookarounds, backreferences and the like raise `GrammarError` naming the terminal.
+* Other lookarounds are exact where the terminal's own text decides them (``/\/(?!\/)[^\/]*\//``);
+  one that would read the text after the terminal or before it (``/[?](?![a-z])/``), and
+  backreferences and the like, raise `GrammarError` naming the terminal.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 
 from lark.exceptions import LarkError
@@ -45,19 +43,10 @@ from ananke_jax._src.ir import Grammar, Rule, TerminalDef
 
 _RELATIVE_IMPORT = re.compile(r"^[ \t]*%import[ \t]+\.", re.MULTILINE)
 
-try:  # Python >= 3.11: the case pairs re.IGNORECASE adds beyond str.lower (such as 's' and 'ſ')
-    from re._casefix import _EXTRA_CASES
-except ImportError:  # pragma: no cover - Python 3.10
-    _EXTRA_CASES = {}
-
 # Regex text lark compiles common.lark's _STRING_ESC_INNER to, then the closing quote.
 _STRING_ESC_INNER = re.compile(re.escape(r".*?(?<!\\)(\\\\)*?") + r"(\\[^0-9A-Za-z]|[^\\()\[\]{}|*+?.^$])", re.DOTALL)
 # Lark's C_COMMENT regex, and the language its lexer matches with it.
 _LEXER_LANGUAGES = {"/\\*(.|\n)*?\\*/": r"/\*(?:[^*]|\*+[^*/])*\*+/"}
-# A case-insensitive group around a literal, as lark writes a string with the `i` flag that is
-# part of a larger terminal: `(?i:` then plain or backslash-escaped punctuation characters.
-_CASELESS_LITERAL = re.compile(r"\(\?i:((?:[^\\()\[\]{}|*+?.^$]|\\[^0-9A-Za-z])*)\)", re.DOTALL)
-_ESCAPED_CHAR = re.compile(r"\\(.)", re.DOTALL)
 # An escape pair or a raw control character (scanning pairs first keeps `\\` apart from `\<newline>`).
 _CONTROL = re.compile(r"\\(.)|([\x00-\x1f\x7f])", re.DOTALL)
 
@@ -98,13 +87,12 @@ def _terminal_regex(terminal) -> str:
     """A lark terminal's pattern as a regex our regex compiler takes; raises naming the terminal."""
     pattern = terminal.pattern
     if isinstance(pattern, PatternStr):
-        regex = _caseless_literal(pattern.value) if "i" in pattern.flags else regex_literal(pattern.value)
-        for flag in sorted(pattern.flags - {"i"}):
+        regex = regex_literal(pattern.value)
+        for flag in sorted(pattern.flags):
             regex = f"(?{flag}:{regex})"
     else:
         regex = pattern.to_regexp()
     regex = _LEXER_LANGUAGES.get(regex, regex)
-    regex = _CASELESS_LITERAL.sub(_caseless_group, regex)
     regex = _STRING_ESC_INNER.sub(_string_body, regex)
     if "(?x" not in regex:  # raw whitespace is not literal in verbose mode: leave it alone there
         regex = _CONTROL.sub(_escape_control, regex)
@@ -117,10 +105,6 @@ def _terminal_regex(terminal) -> str:
     return regex
 
 
-def _caseless_group(match: re.Match) -> str:
-    return "(?:" + _caseless_literal(_ESCAPED_CHAR.sub(r"\1", match.group(1))) + ")"
-
-
 def _string_body(match: re.Match) -> str:
     quote = regex_char(ord(match.group(1)[-1]))
     return rf"(?:[^{quote}\\\n]|\\.)*{quote}"
@@ -129,17 +113,3 @@ def _string_body(match: re.Match) -> str:
 def _escape_control(match: re.Match) -> str:
     char = match.group(1) or match.group(2)
     return regex_char(ord(char)) if ord(char) < 0x20 or ord(char) == 0x7F else match.group(0)
-
-
-def _caseless_literal(text: str) -> str:
-    return "".join(_caseless_char(c) for c in text)
-
-
-@functools.cache
-def _caseless_char(char: str) -> str:
-    lower = char.lower()
-    candidates = {char, *lower, *char.upper(), *char.title(), *lower.upper(), *map(chr, _EXTRA_CASES.get(ord(lower[0]), ()))}
-    matches = sorted(c for c in candidates if re.fullmatch(re.escape(char), c, re.IGNORECASE))
-    if len(matches) == 1:
-        return regex_char(ord(char))
-    return "[" + "".join(regex_char(ord(c)) for c in matches) + "]"

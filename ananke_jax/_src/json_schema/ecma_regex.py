@@ -26,7 +26,6 @@ language is exact.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import itertools
 import re
@@ -34,8 +33,8 @@ import string
 import unicodedata
 from typing import NamedTuple
 
+from ananke_jax._src.compile import casefold, utf8
 from ananke_jax._src.compile import regex_ast as rx
-from ananke_jax._src.compile import utf8
 from ananke_jax._src.compile.lookaround import MARKER_BYTES, Lookaround, marker, resolve
 from ananke_jax._src.errors import SchemaError
 
@@ -353,7 +352,7 @@ class _Parser:
 
     def folded(self, ranges: Ranges) -> Ranges:
         """``ranges`` and, under the ``i`` flag, every code point with the same simple case fold."""
-        return _case_closed(ranges) if "i" in self.flags else ranges
+        return casefold.closed(ranges, casefold.ecma_partners()) if "i" in self.flags else ranges
 
     def atom_escape(self, at: int) -> Ranges:
         """Ranges of the escape after a ``\\`` outside a class."""
@@ -475,30 +474,6 @@ class _Parser:
 
 def _chars(ranges: Ranges) -> _Lang:
     return _Lang(rx.Chars(tuple(utf8.normalise(ranges))))
-
-
-def _case_closed(ranges: Ranges) -> Ranges:
-    """``ranges`` with every code point whose simple case fold is that of one of them."""
-    ranges = utf8.normalise(ranges)
-    starts = [lo for lo, _ in ranges]
-    inside = lambda cp: (i := bisect.bisect_right(starts, cp) - 1) >= 0 and cp <= ranges[i][1]
-    extra = [(p, p) for cp, partners in _case_partners().items() if inside(cp) for p in partners]
-    return utf8.normalise(ranges + extra)
-
-
-_CASED_BELOW = 0x20000  # planes 2 and up (ideographs, special purpose) have no case
-
-
-@functools.cache
-def _case_partners() -> dict[int, tuple[int, ...]]:
-    """The code points that share their simple case fold with others, and those others (the
-    single-character `str.casefold` of this Python's Unicode)."""
-    chars = list(map(chr, range(_CASED_BELOW)))
-    by_fold: dict[str, list[int]] = {}
-    for c, fold in zip(chars, map(str.casefold, chars)):
-        if c != fold and len(fold) == 1:
-            by_fold.setdefault(fold, [ord(fold)]).append(ord(c))
-    return {cp: tuple(p for p in group if p != cp) for group in by_fold.values() if len(group) > 1 for cp in group}
 
 
 def _as_ranges(atom: int | Ranges) -> Ranges:
