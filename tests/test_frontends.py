@@ -289,12 +289,20 @@ def test_random_grammars_match_a_direct_translation():
         try:
             grammar = gbnf_to_ir(random_grammar.gbnf)
             direct = earley_parser(random_grammar.lark, "root")
-        except (GrammarError, LarkError):  # unused rules, empty languages, rules lark finds twice
+        except (GrammarError, LarkError):  # empty languages, rules lark finds twice
             continue
         ours = earley_parser(*_ir_to_lark(grammar))
         for text in strings:
             assert _accepts(ours, text) == _accepts(direct, text), (random_grammar.gbnf, str(grammar), text)
         checked += 1
+
+
+def test_unreachable_rules_are_dropped_with_a_warning():
+    """As llama.cpp ignores them: the language is the root's, and the warning names them."""
+    with pytest.warns(UserWarning, match=r"not reachable from 'root' are ignored: extra, more"):
+        grammar = gbnf_to_ir('root ::= "a" x\nx ::= "b"*\nextra ::= "(" more\nmore ::= extra | "c"')
+    assert {r.origin for r in grammar.rules} <= {"root", "x", *(n for n in grammar.nonterminals if n.startswith("x"))}
+    assert accepts(grammar, "abb") and not accepts(grammar, "a(c")
 
 
 GBNF_ERRORS = {
@@ -304,7 +312,7 @@ GBNF_ERRORS = {
     "unclosed group": ('root ::= ( "a"\n', r"line \d+, column \d+: unexpected end"),
     "undefined rule": ('root ::= "a" thing\n', r"undefined rules referenced: 'thing' \(line 1, column 14\)"),
     "missing root": ('start ::= "a"', r"root rule 'root' is not defined"),
-    "unused rule": ('root ::= "a"\nextra ::= "b"\nmore ::= extra', r"not reachable from 'root': extra, more"),
+    "undefined rule inside an unused one": ('root ::= "a"\nextra ::= thing', r"undefined rules referenced: 'thing' \(line 2, column 11\)"),
     "rule defined twice": ('root ::= "a"\nroot ::= "b"', r"line 2, column 1: rule 'root' is defined twice"),
     "unknown escape": (r'root ::= "\q"', r"unknown escape \\q"),
     "short hex escape": (r'root ::= "\x4"', r"\\x needs 2 hex digits"),

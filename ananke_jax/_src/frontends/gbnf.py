@@ -7,7 +7,8 @@ letters, digits, ``-`` and ``_``; string literals and character classes whose es
 ``.`` for any code point (newline included); groups, ``|`` (empty alternatives allowed),
 ``* + ? {m} {m,} {m,n}`` and ``#`` comments. It is parsed by lark with a grammar of GBNF. Rules are
 told apart by ``name ::=``, so a rule may also continue on the next line outside parentheses.
-Stricter than llama.cpp: a rule defined twice, or not reachable from the root, is an error.
+Stricter than llama.cpp: a rule defined twice is an error. Rules not reachable from the root are
+dropped with a warning naming them, as llama.cpp ignores them.
 
 Terminal extraction, for the engine's sake: every maximal sub-expression that references no rule
 becomes one terminal (a Python regex); a rule that references no other rule is inlined where it is
@@ -26,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import warnings
 from collections.abc import Iterable, Iterator
 
 from lark import Lark, Token, Transformer
@@ -365,7 +367,9 @@ def _parse(text: str) -> dict[str, object]:
 # Checks, inlining and lowering to BNF.
 
 
-def _check_references(rules: dict[str, object], root: str) -> None:
+def _reachable_rules(rules: dict[str, object], root: str) -> dict[str, object]:
+    """``rules`` without those the root never uses (dropped with a warning), once every rule
+    referenced anywhere is known to be defined."""
     if root not in rules:
         raise GrammarError(f"GBNF: the root rule {root!r} is not defined")
     undefined = {}
@@ -384,7 +388,8 @@ def _check_references(rules: dict[str, object], root: str) -> None:
                 stack.append(ref.name)
     unused = [name for name in rules if name not in reachable]
     if unused:
-        raise GrammarError(f"GBNF: rules not reachable from {root!r}: {', '.join(unused)}")
+        warnings.warn(f"GBNF: rules not reachable from {root!r} are ignored: {', '.join(unused)}", stacklevel=3)
+    return {name: e for name, e in rules.items() if name in reachable}
 
 
 def _inline_regular_rules(rules: dict[str, object], root: str) -> dict[str, object]:
@@ -471,11 +476,10 @@ def gbnf_to_ir(text: str, *, root: str = "root") -> Grammar:
       The validated grammar IR; ``root`` stays a rule.
 
     Raises:
-      GrammarError: a syntax error (with line and column), an undefined, unused or twice-defined
-        rule, a missing root, a bad escape, or a grammar whose language is empty.
+      GrammarError: a syntax error (with line and column), an undefined or twice-defined rule, a
+        missing root, a bad escape, or a grammar whose language is empty.
     """
-    rules = _parse(text)
-    _check_references(rules, root)
+    rules = _reachable_rules(_parse(text), root)
     rules = _inline_regular_rules(rules, root)
     lowering = _Lowering(rules)
     for name, expression in rules.items():
