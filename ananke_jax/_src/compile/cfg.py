@@ -462,7 +462,9 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
     """Each lexer state's mask as a sum of parts gated by outcome sets.
 
     A set that holds many tokens from a state gets a dense packed row; the tokens of the other
-    sets are listed one by one (most lexer states allow few tokens).
+    sets are listed one by one (most lexer states allow few tokens). The parts of a state depend
+    on its row of ``class_set`` alone: they are made once per distinct row (the states along a
+    length-bounded string's chain share a few).
 
     Returns:
       state_sets int32[Q, NSq]: the sets that occur from each state, local index 0 being the
@@ -470,19 +472,27 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
       state's rows and the local sets that gate them; sparse_token, sparse_set int32[Q, Z].
       Padding is 0 throughout (the empty row, the empty set).
     """
+    check_time()
+    hashes = hash_multipliers(tables.class_set.shape[1]) @ tables.class_set.T.astype(np.uint64)  # rows hashed, as columns elsewhere
+    row_of_state, member = classes_of_hashes(hashes)
+    state_sets, rows, *per_state = _distinct_mask_parts(tables.class_set[member], tables.token_class, len(tables.set_members), words)
+    return state_sets[row_of_state], rows, *(part[row_of_state] for part in per_state)
+
+
+def _distinct_mask_parts(class_set: np.ndarray, token_class: np.ndarray, num_sets: int, words: int) -> tuple[np.ndarray, ...]:
+    """`_mask_parts` of the states whose rows of the class table are ``class_set``."""
     threshold = max(32, words // 32)
-    num_states, num_classes = tables.class_set.shape
-    num_sets = len(tables.set_members)
-    class_size = np.bincount(tables.token_class, minlength=num_classes)
-    by_class = np.argsort(tables.token_class, kind="stable")  # the tokens of each class, contiguous
+    num_states, num_classes = class_set.shape
+    class_size = np.bincount(token_class, minlength=num_classes)
+    by_class = np.argsort(token_class, kind="stable")  # the tokens of each class, contiguous
     class_start = np.cumsum(class_size) - class_size
     states = np.arange(num_states, dtype=np.int64)
-    pair_state, pair_set, pair_of, size = _state_set_pairs(tables.class_set, class_size, num_sets)
+    pair_state, pair_set, pair_of, size = _state_set_pairs(class_set, class_size, num_sets)
     local = pair_of - np.searchsorted(pair_state, states)[:, None]  # a set's rank among its state's
     size[pair_set == EMPTY_SET] = 0
     big = np.flatnonzero(size >= threshold)
     # A dense row is the tokens of the classes in its set: rows are made once per class pattern.
-    members = (tables.class_set[pair_state[big]] == pair_set[big][:, None]) & (class_size > 0)
+    members = (class_set[pair_state[big]] == pair_set[big][:, None]) & (class_size > 0)
     row_of = row_groups(np.packbits(members, axis=1))  # np.unique(axis=0) took seconds on wide rows
     patterns = np.empty((int(row_of.max(initial=-1)) + 1, members.shape[1]), bool)
     patterns[row_of] = members
@@ -490,7 +500,7 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
     rows = [np.zeros((1, words), np.uint32)]
     for chunk in range(0, len(patterns), 64):
         check_time()
-        rows.append(pack_bits(np.ascontiguousarray(patterns[chunk : chunk + 64][:, tables.token_class])))
+        rows.append(pack_bits(np.ascontiguousarray(patterns[chunk : chunk + 64][:, token_class])))
     # The other sets' tokens, class by class.
     check_time()
     small_q, small_c = np.nonzero((size[pair_of] > 0) & (size[pair_of] < threshold))
