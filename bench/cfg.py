@@ -6,8 +6,9 @@ grammars/, tokenised by each real vocabulary's own tokenizer. ananke_jax is time
 used, inside one jitted `lax.scan` over the tokens ("scan"), and also per call from the host
 through `aj.Matcher` (fill the bitmask, accept the token: "call"), as a server with its own loop
 would; the peers are timed per call (their only mode). Our scans and llguidance's walks are
-taken in turn, and their medians compared; XGrammar, much slower per call, walks once. The
-ratios are ours / the fastest peer on that walk.
+taken in turn, and their medians compared; XGrammar, much slower per call, walks once, and on
+the JSON walk also with its builtin JSON grammar (its fastest JSON path). The ratios are ours /
+the fastest peer on that walk.
 
     pip install torch==2.13.0 && pip install xgrammar llguidance   # optional peers
     python bench/cfg.py [--quick] [--vocabs sentencepiece-32k tekken-131k] [--repeats 21]
@@ -44,12 +45,14 @@ from harness import (
 GRAMMARS = ["json.gbnf", "c_subset.gbnf"]
 
 
-def xgrammar_run(text: str, vocab, tokens: list[int]) -> tuple[float, float]:
-    """XGrammar's compile seconds and mean seconds per call along the walk (one walk: it is slow)."""
+def xgrammar_run(text: str | None, vocab, tokens: list[int]) -> tuple[float, float]:
+    """XGrammar's compile seconds and mean seconds per call along the walk (one walk: it is
+    slow); ``text`` None: its builtin JSON grammar."""
     import xgrammar as xgr
 
+    compiler = xgr.GrammarCompiler(xgrammar_info(vocab), cache_enabled=False)
     start = time.perf_counter()
-    compiled = xgr.GrammarCompiler(xgrammar_info(vocab), cache_enabled=False).compile_grammar(text)
+    compiled = compiler.compile_builtin_json_grammar() if text is None else compiler.compile_grammar(text)
     return time.perf_counter() - start, statistics.mean(xgrammar_walk(compiled, vocab, tokens))
 
 
@@ -72,9 +75,10 @@ def llguidance_matchers(text: str, vocab, encode):
     return time.perf_counter() - start, matcher, tokenizer.vocab_size
 
 
-def measure(text: str, vocab, encode, tokens: list[int], repeats: int) -> dict:
-    """Seconds per token (ours in a scan and per call, each installed peer per call) and compile
-    seconds of each engine, None for a peer that is not installed."""
+def measure(text: str, vocab, encode, tokens: list[int], repeats: int, json: bool) -> dict:
+    """Seconds per token (ours in a scan and per call, each installed peer per call, and with
+    ``json`` XGrammar's builtin JSON grammar) and compile seconds of each engine, None for a peer
+    that is not installed."""
     start = time.perf_counter()
     cg = aj.compile_gbnf(text, vocab)
     m = {"ours compile": time.perf_counter() - start, "tables MB": cg.table_bytes / 1e6}
@@ -92,11 +96,14 @@ def measure(text: str, vocab, encode, tokens: list[int], repeats: int) -> dict:
     m["call"] = statistics.mean(matcher_per_call(cg, vocab, tokens))
     with contextlib.suppress(ImportError):
         m["xgrammar compile"], m["xgrammar"] = xgrammar_run(text, vocab, tokens)
+        if json:
+            m["xgrammar builtin compile"], m["xgrammar builtin"] = xgrammar_run(None, vocab, tokens)
     return m
 
 
 GRAMMAR_NAMES = {"json.gbnf": "JSON", "c_subset.gbnf": "C"}
-PEER_NAMES = {"llguidance": "llguidance", "xgrammar": "XGrammar"}
+PEER_NAMES = {"llguidance": "llguidance", "xgrammar": "XGrammar", "xgrammar builtin": "XGrammar's builtin JSON grammar"}
+PEERS = tuple(PEER_NAMES)
 
 
 def headlines(measured: dict) -> list[dict]:
@@ -109,7 +116,7 @@ def headlines(measured: dict) -> list[dict]:
             continue
         name = max(runs, key=lambda n: int(n.rsplit("-", 1)[-1].rstrip("k")))
         m, where = runs[name], f"({GRAMMAR_NAMES[filename]}, {name.rsplit('-', 1)[-1]})"
-        peers = {e: m[e] for e in ("llguidance", "xgrammar") if m.get(e)}
+        peers = {e: m[e] for e in PEERS if m.get(e)}
         what = "context-free grammar: mask + advance per token, jitted scan vs the fastest peer"
         if peers:
             fastest = min(peers, key=peers.get)
@@ -125,7 +132,7 @@ def main():
     p.add_argument("--vocabs", nargs="+", choices=sorted(vocabs), default=sorted(vocabs))
     p.add_argument("--repeats", type=int, default=21, help="our scans and llguidance's walks, in turn")
     args = parse(p, vocabs=["sentencepiece-32k"], repeats=5)
-    us = {"ours scan us": ".1f", "ours call us": ".1f", "llguidance us": ".1f", "xgrammar us": ".1f"}
+    us = {"ours scan us": ".1f", "ours call us": ".1f", "llguidance us": ".1f", "xgrammar us": ".1f", "xgrammar builtin us": ".1f"}
     per_token = Table(
         f"mask + advance per token along the example (us/token; scans and llguidance: median of {args.repeats})",
         {"grammar": "s", "vocabulary": "s", "tokens": "d", **us, "scan/fastest peer": ".2f", "call/fastest peer": ".2f"},
@@ -136,14 +143,22 @@ def main():
         example = max(corpus("examples")[filename]["examples"], key=len)
         for name in args.vocabs:
             tokens = encode[name](example)
-            m = measured[filename, name] = measure(text, vocabs[name], encode[name], tokens, args.repeats)
-            fastest = min((m[e] for e in ("llguidance", "xgrammar") if m.get(e)), default=None)
-            us_cells = [None if m.get(e) is None else m[e] * 1e6 for e in ("scan", "call", "llguidance", "xgrammar")]
+            m = measured[filename, name] = measure(text, vocabs[name], encode[name], tokens, args.repeats, filename == "json.gbnf")
+            fastest = min((m[e] for e in PEERS if m.get(e)), default=None)
+            us_cells = [None if m.get(e) is None else m[e] * 1e6 for e in ("scan", "call", *PEERS)]
             per_token.add(filename, name, len(tokens), *us_cells, ratio(m["scan"], fastest), ratio(m["call"], fastest))
-            rows.append([filename, name, *(m.get(f"{e} compile") for e in ("ours", "llguidance", "xgrammar")), m["tables MB"]])
+            rows.append([filename, name, *(m.get(f"{e} compile") for e in ("ours", *PEERS)), m["tables MB"]])
     compiles = Table(
         "compile (seconds) and table bytes",
-        {"grammar": "s", "vocabulary": "s", "ours s": ".2f", "llguidance s": ".2f", "xgrammar s": ".2f", "our tables MB": ".1f"},
+        {
+            "grammar": "s",
+            "vocabulary": "s",
+            "ours s": ".2f",
+            "llguidance s": ".2f",
+            "xgrammar s": ".2f",
+            "xgrammar builtin s": ".3f",
+            "our tables MB": ".1f",
+        },
     )
     for row in rows:
         compiles.add(*row)

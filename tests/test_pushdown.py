@@ -340,3 +340,15 @@ def test_a_bank_refuses_grammars_of_both_engines(sentencepiece_vocab):
         aj.stack_grammars([regular, aj.compile_grammar(ARITHMETIC, sentencepiece_vocab)])
     with pytest.raises(aj.SchemaError, match="engine must be"):
         aj.compile_json_schema({"type": "integer"}, sentencepiece_vocab, engine="dfa")
+
+
+def test_a_lexer_too_ambiguous_for_the_vocabulary_names_the_overlapping_terminals(sentencepiece_vocab, monkeypatch):
+    """Names and words that may follow one another with nothing between split a token of n
+    letters in 2^(n-1) ways; past the walk's frontier limit (lowered here so that it is reached
+    at once) the refusal names the terminals of the longest split and how to fix the grammar."""
+    from ananke_jax._src.compile import cfg
+
+    monkeypatch.setattr(cfg, "MAX_FRONTIER", 2_000)
+    with pytest.raises(aj.GrammarError, match=r"too ambiguous .* as [\d,]+ different terminal sequences, such as (NAME|WORD) ") as e:
+        aj.compile_lark("start: (WORD | NAME)+\nWORD: /[a-z]+/\nNAME: /[a-z_]+/", sentencepiece_vocab)
+    assert "The terminals NAME, WORD overlap" in str(e.value) and "require a separator" in str(e.value)

@@ -42,6 +42,7 @@ EMPTY_SET = 0  # the outcome set of tokens that are never allowed
 MAX_FRONTIER = 20_000_000
 _CHUNK_ROWS = 1 << 20  # walk rows stepped at once: the time between deadline checks
 _SORT_SECONDS_PER_ROW = 5e-8  # a level's sort, foreseen at the deadline check before it
+_NAMED_SPLITS = 1000  # the longest splits whose terminals a too ambiguous lexer's refusal names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +91,7 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
     lexer, loops = _lexer_with_loops(grammar.terminals, dfas, start_begins)
 
     def walk(transitions, trie, sources):
-        return _walk_outcomes(lexer, transitions, trie, lr_column, follow, lexer.starts[start_of_context], sources)
+        return _walk_outcomes(lexer, transitions, trie, lr_column, follow, lexer.starts[start_of_context], sources, lr.terminals)
 
     spelled = spell_tokens(lexer.transitions, vocab)
     # Later starts are never between tokens; loops' states get their outcomes per vocabulary.
@@ -320,6 +321,7 @@ def _walk_outcomes(
     follow: np.ndarray,
     start_after: np.ndarray,
     sources: np.ndarray,
+    names: tuple[str, ...],
 ):
     """All outcomes of every (lexer state in ``sources``, class string), by a breadth-first walk
     of ``trie`` (over the labels of ``transitions``: byte classes, or bytes).
@@ -329,6 +331,10 @@ def _walk_outcomes(
     pruning, runs of identifier characters would split in exponentially many ways. After a cut
     the lexer goes on from ``start_after`` (int[T + 1], see `_lexer_starts`), which begins only
     the terminals that may follow.
+
+    Raises:
+      GrammarError: the token strings split into too many terminal sequences (``names``, the
+        LR columns' terminals, name those of the longest).
 
     Returns:
       Per (state, string, outcome) triple, deduplicated and with the triples of a (state, string)
@@ -389,13 +395,13 @@ def _walk_outcomes(
             extended = seq.copy()  # ignored terminals leave the sequence as it is
             extended[column >= 0] = sequences.child(seq[column >= 0], column[column >= 0])
             if len(sequences) > seq_mask:
-                raise GrammarError("the grammar's lexer is too ambiguous for this vocabulary")
+                raise _too_ambiguous(sequences, names)
             level += [inside, child[pair] | (row[pair] & (state_mask << q_shift)) | (cut.astype(np.int64) << lex_shift) | extended]
         keys = np.concatenate(level)
         check_time(ahead=_SORT_SECONDS_PER_ROW * len(keys))
         keys = sorted_unique(keys)
         if len(keys) > MAX_FRONTIER:
-            raise GrammarError("the grammar's lexer is too ambiguous for this vocabulary")
+            raise _too_ambiguous(sequences, names)
         found.append(keys[string_at[keys >> node_shift] >= 0])
     found = np.concatenate(found) if found else np.zeros(0, np.int64)
 
@@ -406,6 +412,27 @@ def _walk_outcomes(
     seqs, lexer_after = unique_pairs // lexer.num_states, unique_pairs % lexer.num_states
     terminals, lengths = _materialise(np.asarray(sequences.parent), np.asarray(sequences.column), seqs)
     return (found >> q_shift) & state_mask, string_at[found >> node_shift], outcome, terminals, lengths, lexer_after.astype(np.int32)
+
+
+def _too_ambiguous(sequences: Paths, names: tuple[str, ...]) -> GrammarError:
+    """The refusal of a lexer whose tokens split in too many ways, naming the terminals of the
+    longest splits found (they overlap and may follow one another with nothing between)."""
+
+    def spelled(path: int) -> list[str]:
+        out = []
+        while path:
+            out.append(names[sequences.column[path]])
+            path = sequences.parent[path]
+        return out[::-1]
+
+    depth = np.asarray(sequences.depth)
+    longest = [spelled(int(p)) for p in np.flatnonzero(depth == depth.max())[:_NAMED_SPLITS]]
+    overlapping = sorted({name for split in longest for name in split})
+    return GrammarError(
+        f"the grammar's lexer is too ambiguous for this vocabulary: tokens read as {len(sequences):,} different terminal "
+        f"sequences, such as {' '.join(longest[0])}. The terminals {', '.join(overlapping)} overlap and may follow one "
+        "another with nothing between them: require a separator between them, or make them disjoint"
+    )
 
 
 def _slices(counts: np.ndarray, size: int) -> list[slice]:
