@@ -1,9 +1,10 @@
 """Lookaround assertions as regular languages: marker bytes, a difference per assertion, erasure.
 
 A regex with lookarounds is first compiled with a fresh marker byte standing at each assertion's
-place (`marker`), then every string where some marker's assertion fails is taken out, and the
-markers are erased (`resolve`). An assertion inside a repeat leaves a marker per iteration, and
-each of them is checked, so any placement is exact. The markers are bytes that UTF-8 never holds.
+place (`regex_ast.single_byte`), then every string where some marker's assertion fails is taken
+out, and the markers are erased (`resolve`). An assertion inside a repeat leaves a marker per
+iteration, and each of them is checked, so any placement is exact. The markers are bytes that
+UTF-8 never holds.
 """
 
 from __future__ import annotations
@@ -42,27 +43,20 @@ class Lookaround(NamedTuple):
     negative: bool
 
 
-def marker(byte: int) -> rx.Automaton:
-    """A one-byte automaton standing at an assertion's place."""
-    transitions = np.zeros((3, 256), np.int32)
-    transitions[1, byte] = 2
-    return rx.Automaton(ByteDFA(transitions, np.array([False, False, True]), start=1))
-
-
 def resolve(marked: rx.Node, assertions: list[Lookaround]) -> ByteDFA:
-    """The minimal DFA of the strings of ``marked`` (a tree with `marker` nodes) whose every
+    """The minimal DFA of the strings of ``marked`` (a tree with marker nodes, `regex_ast.single_byte`) whose every
     marker's assertion holds, markers erased."""
     bytes_ = [a.byte for a in assertions]
-    markers = rx.star(rx.alt(*(marker(b) for b in bytes_)))
-    anything = rx.star(rx.alt(_CHAR, *(marker(b) for b in bytes_)))
+    markers = rx.star(rx.alt(*(rx.single_byte(b) for b in bytes_)))
+    anything = rx.star(rx.alt(_CHAR, *(rx.single_byte(b) for b in bytes_)))
     nonempty = rx.seq(markers, _CHAR, anything)
     kept = rx.to_dfa(marked)
     for a in assertions:  # one difference at a time: a union of all would track every one at once
         inner, at_edge = (_ignoring(_failing(lang, a.negative), bytes_) for lang in (a.inner, a.at_edge))
         if a.ahead:
-            violations = rx.alt(rx.seq(nonempty, marker(a.byte), inner), rx.seq(markers, marker(a.byte), at_edge))
+            violations = rx.alt(rx.seq(nonempty, rx.single_byte(a.byte), inner), rx.seq(markers, rx.single_byte(a.byte), at_edge))
         else:
-            violations = rx.alt(rx.seq(inner, marker(a.byte), nonempty), rx.seq(at_edge, marker(a.byte), markers))
+            violations = rx.alt(rx.seq(inner, rx.single_byte(a.byte), nonempty), rx.seq(at_edge, rx.single_byte(a.byte), markers))
         kept = rx.difference(kept, rx.to_dfa(violations))
     return substitute(kept, dict.fromkeys(bytes_, b""))
 
@@ -72,14 +66,14 @@ def reading_outside(marked: rx.Node, assertions: list[Lookaround]) -> int | None
     whole text, would change with text beyond it (a lookahead near the end, a lookbehind near
     the start), or None: then the text alone decides every assertion, as in a lexer's token."""
     bytes_ = [a.byte for a in assertions]
-    anything = rx.star(rx.alt(_CHAR, *(marker(b) for b in bytes_)))
+    anything = rx.star(rx.alt(_CHAR, *(rx.single_byte(b) for b in bytes_)))
     dfa = rx.to_dfa(marked)
     for i, a in enumerate(assertions):
         allowed = rx.to_dfa(a.inner)
         if allowed.start == DEAD:
             continue  # never holds: decided without any text
         undecided = _ignoring(rx.difference(_prefixes(allowed) if a.ahead else _suffixes(allowed), allowed), bytes_)
-        where = rx.seq(anything, marker(a.byte), undecided) if a.ahead else rx.seq(undecided, marker(a.byte), anything)
+        where = rx.seq(anything, rx.single_byte(a.byte), undecided) if a.ahead else rx.seq(undecided, rx.single_byte(a.byte), anything)
         if rx.intersect(dfa, rx.to_dfa(where)).start != DEAD:
             return i
     return None

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from ananke_jax._src.compile import casefold, utf8
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import ByteDFA, NFABuilder, determinise
-from ananke_jax._src.compile.lookaround import MARKER_BYTES, Lookaround, marker, reading_outside, resolve
+from ananke_jax._src.compile.lookaround import MARKER_BYTES, Lookaround, reading_outside, resolve
 from ananke_jax._src.errors import GrammarError
 
 try:  # Python >= 3.11
@@ -213,7 +213,7 @@ class _Translator:
         allowed = rx.seq(inner, text) if direction == 1 else rx.seq(text, inner)
         byte = MARKER_BYTES[len(self.lookarounds)]
         self.lookarounds.append(Lookaround(byte, direction == 1, allowed, allowed, negative))
-        return marker(byte)
+        return rx.single_byte(byte)
 
     def char_class(self, items, flags: int) -> list[tuple[int, int]]:
         negate = bool(items) and items[0][0] is sre.NEGATE

@@ -379,6 +379,14 @@ def _product(a: ByteDFA, b: ByteDFA, accept) -> ByteDFA:
     return minimise(np.concatenate(rows), accepting, start=1, byte_class=byte_class.astype(np.int32))
 
 
+def single_byte(byte: int) -> Automaton:
+    """The automaton of the one-byte string ``byte`` (placeholders and markers: bytes UTF-8 never
+    holds, standing for a unit or a place)."""
+    transitions = np.zeros((3, 256), np.int32)
+    transitions[1, byte] = 2
+    return Automaton(ByteDFA(transitions, np.array([False, False, True]), start=1))
+
+
 # State elimination can grow the regex exponentially; larger automata are not printed.
 MAX_PRINTED_STATES = 256
 

@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from ananke_jax._src.compile import casefold, utf8
 from ananke_jax._src.compile import regex_ast as rx
-from ananke_jax._src.compile.lookaround import MARKER_BYTES, Lookaround, marker, resolve
+from ananke_jax._src.compile.lookaround import MARKER_BYTES, Lookaround, resolve
 from ananke_jax._src.errors import SchemaError
 
 Ranges = list[tuple[int, int]]
@@ -174,7 +174,7 @@ def _eps(*nodes: rx.Node) -> rx.Node:
 
 @functools.cache
 def _markers_only():
-    return rx.to_dfa(rx.star(rx.alt(*map(marker, MARKER_BYTES))))
+    return rx.to_dfa(rx.star(rx.alt(*map(rx.single_byte, MARKER_BYTES))))
 
 
 def _nullable(node: rx.Node) -> bool:
@@ -348,7 +348,7 @@ class _Parser:
             at_edge = rx.alt(inner, rx.seq(text, body.end), body.both)  # at the string's end
         byte = MARKER_BYTES[len(self.lookarounds)]
         self.lookarounds.append(Lookaround(byte, ahead, inner, at_edge, negative=prefix.endswith("!")))
-        return _Lang(marker(byte))
+        return _Lang(rx.single_byte(byte))
 
     def folded(self, ranges: Ranges) -> Ranges:
         """``ranges`` and, under the ``i`` flag, every code point with the same simple case fold."""

@@ -176,13 +176,7 @@ def any_key(longest: int | None = None):
 UNIT_BYTE = 0xFE  # never in UTF-8 text, and so free to stand for one `ANY_UNIT`
 
 
-def _one_byte(byte: int) -> ByteDFA:
-    transitions = np.zeros((3, 256), np.int32)
-    transitions[1, byte] = 2
-    return ByteDFA(transitions, np.array([False, False, True]), start=1)
-
-
-UNIT = rx.Automaton(_one_byte(UNIT_BYTE))  # a placeholder for ANY_UNIT
+UNIT = rx.single_byte(UNIT_BYTE)  # a placeholder for ANY_UNIT
 
 
 @functools.cache
