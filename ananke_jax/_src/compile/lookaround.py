@@ -44,19 +44,19 @@ class Lookaround(NamedTuple):
 
 
 def resolve(marked: rx.Node, assertions: list[Lookaround]) -> ByteDFA:
-    """The minimal DFA of the strings of ``marked`` (a tree with marker nodes, `regex_ast.single_byte`) whose every
-    marker's assertion holds, markers erased."""
+    """The minimal DFA of the strings of ``marked`` (a tree with markers, `regex_ast.single_byte`
+    nodes) whose every marker's assertion holds, markers erased."""
     bytes_ = [a.byte for a in assertions]
-    markers = rx.star(rx.alt(*(rx.single_byte(b) for b in bytes_)))
-    anything = rx.star(rx.alt(_CHAR, *(rx.single_byte(b) for b in bytes_)))
-    nonempty = rx.seq(markers, _CHAR, anything)
+    markers = rx.star(rx.alt(*map(rx.single_byte, bytes_)))
+    nonempty = rx.seq(markers, _CHAR, _anything(bytes_))
     kept = rx.to_dfa(marked)
     for a in assertions:  # one difference at a time: a union of all would track every one at once
         inner, at_edge = (_ignoring(_failing(lang, a.negative), bytes_) for lang in (a.inner, a.at_edge))
+        here = rx.single_byte(a.byte)
         if a.ahead:
-            violations = rx.alt(rx.seq(nonempty, rx.single_byte(a.byte), inner), rx.seq(markers, rx.single_byte(a.byte), at_edge))
+            violations = rx.alt(rx.seq(nonempty, here, inner), rx.seq(markers, here, at_edge))
         else:
-            violations = rx.alt(rx.seq(inner, rx.single_byte(a.byte), nonempty), rx.seq(at_edge, rx.single_byte(a.byte), markers))
+            violations = rx.alt(rx.seq(inner, here, nonempty), rx.seq(at_edge, here, markers))
         kept = rx.difference(kept, rx.to_dfa(violations))
     return substitute(kept, dict.fromkeys(bytes_, b""))
 
@@ -66,17 +66,23 @@ def reading_outside(marked: rx.Node, assertions: list[Lookaround]) -> int | None
     whole text, would change with text beyond it (a lookahead near the end, a lookbehind near
     the start), or None: then the text alone decides every assertion, as in a lexer's token."""
     bytes_ = [a.byte for a in assertions]
-    anything = rx.star(rx.alt(_CHAR, *(rx.single_byte(b) for b in bytes_)))
+    anything = _anything(bytes_)
     dfa = rx.to_dfa(marked)
     for i, a in enumerate(assertions):
         allowed = rx.to_dfa(a.inner)
         if allowed.start == DEAD:
             continue  # never holds: decided without any text
         undecided = _ignoring(rx.difference(_prefixes(allowed) if a.ahead else _suffixes(allowed), allowed), bytes_)
-        where = rx.seq(anything, rx.single_byte(a.byte), undecided) if a.ahead else rx.seq(undecided, rx.single_byte(a.byte), anything)
+        here = rx.single_byte(a.byte)
+        where = rx.seq(anything, here, undecided) if a.ahead else rx.seq(undecided, here, anything)
         if rx.intersect(dfa, rx.to_dfa(where)).start != DEAD:
             return i
     return None
+
+
+def _anything(bytes_: list[int]) -> rx.Node:
+    """Any text with the markers ``bytes_`` anywhere in it."""
+    return rx.star(rx.alt(_CHAR, *map(rx.single_byte, bytes_)))
 
 
 def _prefixes(dfa: ByteDFA) -> ByteDFA:
