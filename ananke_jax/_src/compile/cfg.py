@@ -499,7 +499,6 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
       state's rows and the local sets that gate them; sparse_token, sparse_set int32[Q, Z].
       Padding is 0 throughout (the empty row, the empty set).
     """
-    check_time()
     hashes = hash_multipliers(tables.class_set.shape[1]) @ tables.class_set.T.astype(np.uint64)  # rows hashed, as columns elsewhere
     row_of_state, member = classes_of_hashes(hashes)
     state_sets, rows, *per_state = _distinct_mask_parts(tables.class_set[member], tables.token_class, len(tables.set_members), words)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile import utf8
-from ananke_jax._src.compile.automaton import DEAD, ByteDFA, Fragment, NFABuilder, determinise, dfa_moves
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, Fragment, NFABuilder, determinise
 
 MARKER_BYTES = (0xF5, 0xF6, 0xF7, 0xF9, 0xFA, 0xFB, 0xFC, 0xFD)  # not UTF-8, nor placeholders
 _CHAR = rx.Chars(((0, utf8.MAX_CODE_POINT),))
@@ -58,7 +58,7 @@ def resolve(marked: rx.Node, assertions: list[Lookaround]) -> ByteDFA:
         else:
             violations = rx.alt(rx.seq(inner, here, nonempty), rx.seq(at_edge, here, markers))
         kept = rx.difference(kept, rx.to_dfa(violations))
-    return substitute(kept, dict.fromkeys(bytes_, b""))
+    return rx.substitute(kept, dict.fromkeys(bytes_, b""))
 
 
 def reading_outside(marked: rx.Node, assertions: list[Lookaround]) -> int | None:
@@ -116,28 +116,3 @@ def _ignoring(dfa: ByteDFA, bytes_: list[int]) -> rx.Automaton:
     live = np.arange(1, dfa.num_states)
     transitions[1:, np.asarray(bytes_)] = live[:, None]
     return rx.Automaton(ByteDFA(transitions, dfa.accepting, dfa.start))
-
-
-def substitute(dfa: ByteDFA, spellings: dict[int, bytes]) -> ByteDFA:
-    """The minimal DFA of ``dfa``'s strings with each byte ``b`` in ``spellings`` written as
-    ``spellings[b]`` (``b""`` erases it)."""
-    builder = NFABuilder()
-    moves = [[(a, b, t) for lo, hi, t in row for a, b in _without(lo, hi, spellings)] for row in dfa_moves(dfa)]
-    fragment = builder.copy(dfa, moves)
-    offset = fragment.start - dfa.start
-    for byte, spelling in spellings.items():
-        for s in np.flatnonzero(dfa.transitions[1:, byte] != DEAD) + 1:
-            path = builder.literal(spelling)
-            builder.epsilons[s + offset].append(path.start)
-            builder.epsilons[path.end].append(int(dfa.transitions[s, byte]) + offset)
-    return determinise(builder, fragment)
-
-
-def _without(lo: int, hi: int, removed) -> list[tuple[int, int]]:
-    """The pieces of the byte range ``[lo, hi]`` outside the bytes ``removed``."""
-    out, start = [], lo
-    for b in sorted(x for x in removed if lo <= x <= hi):
-        if start < b:
-            out.append((start, b - 1))
-        start = b + 1
-    return out + ([(start, hi)] if start <= hi else [])

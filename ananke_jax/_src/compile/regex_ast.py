@@ -28,6 +28,7 @@ from ananke_jax._src.compile.automaton import (
     NFABuilder,
     byte_classes,
     determinise,
+    dfa_moves,
     minimise,
     pausing_gc,
 )
@@ -377,6 +378,31 @@ def _product(a: ByteDFA, b: ByteDFA, accept) -> ByteDFA:
     pairs = np.asarray(keys)
     accepting = accept(a.accepting[pairs // width], b.accepting[pairs % width])
     return minimise(np.concatenate(rows), accepting, start=1, byte_class=byte_class.astype(np.int32))
+
+
+def substitute(dfa: ByteDFA, spellings: dict[int, bytes]) -> ByteDFA:
+    """The minimal DFA of ``dfa``'s strings with each byte ``b`` in ``spellings`` written as
+    ``spellings[b]`` (``b""`` erases it)."""
+    builder = NFABuilder()
+    moves = [[(a, b, t) for lo, hi, t in row for a, b in _without(lo, hi, spellings)] for row in dfa_moves(dfa)]
+    fragment = builder.copy(dfa, moves)
+    offset = fragment.start - dfa.start
+    for byte, spelling in spellings.items():
+        for s in np.flatnonzero(dfa.transitions[1:, byte] != DEAD) + 1:
+            path = builder.literal(spelling)
+            builder.epsilons[s + offset].append(path.start)
+            builder.epsilons[path.end].append(int(dfa.transitions[s, byte]) + offset)
+    return determinise(builder, fragment)
+
+
+def _without(lo: int, hi: int, removed) -> list[tuple[int, int]]:
+    """The pieces of the byte range ``[lo, hi]`` outside the bytes ``removed``."""
+    out, start = [], lo
+    for b in sorted(x for x in removed if lo <= x <= hi):
+        if start < b:
+            out.append((start, b - 1))
+        start = b + 1
+    return out + ([(start, hi)] if start <= hi else [])
 
 
 def single_byte(byte: int) -> Automaton:

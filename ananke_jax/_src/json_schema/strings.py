@@ -18,7 +18,6 @@ from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile import utf8
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, is_finite, minimise
 from ananke_jax._src.compile.budget import charge_states
-from ananke_jax._src.compile.lookaround import substitute
 from ananke_jax._src.compile.unit_loops import UnitLanguage
 
 _SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
@@ -36,6 +35,8 @@ ANY_UNIT = rx.alt(
 def _escape(cp: int) -> str:
     return _SHORT.get(cp, f"\\u{cp:04x}")
 
+
+_ESCAPE_BYTES = {cp: _escape(cp).encode() for cp in _ESCAPED}  # as UTF-8 automata read them
 
 # One character as json.dumps(ensure_ascii=False) writes it.
 CANONICAL_UNIT = rx.alt(rx.Chars(_RAW), *[rx.Text(_escape(cp)) for cp in _ESCAPED])
@@ -61,7 +62,7 @@ def _spelled_leaf(value: rx.Node) -> rx.Node:
     if isinstance(value, rx.Text):
         return rx.Text(spelling(value.text))
     assert isinstance(value, rx.Automaton), value  # a pattern with lookarounds: UTF-8
-    return rx.Automaton(substitute(value.dfa, {cp: _escape(cp).encode() for cp in _ESCAPED}))
+    return rx.Automaton(rx.substitute(value.dfa, _ESCAPE_BYTES))
 
 
 def spelling(text: str) -> str:
