@@ -104,3 +104,39 @@ DATES_TOKENS = [
     b'["1',
     b'9-9"',
 ]
+
+# Grammars with LR conflicts, their terminals one character each: an ambiguous operator, the
+# dangling else, optional spaces on both sides of a rule's end (LR(2), as llama.cpp's arithmetic
+# grammar with `ws ::= [ \t\n]?`) and a list whose separators are optional.
+AMBIGUOUS = grammar([("e", ["e", "PLUS", "e"]), ("e", ["NUM"])], {"PLUS": r"\+", "NUM": "n"}, "e")
+DANGLING_ELSE = grammar([("s", ["IF", "s"]), ("s", ["IF", "s", "ELSE", "s"]), ("s", ["X"])], {"IF": "i", "ELSE": "e", "X": "x"}, "s")
+OPTIONAL_SPACES = grammar(
+    [
+        ("e", ["t", "ws", "sums"]),
+        ("sums", []),
+        ("sums", ["sums", "PLUS", "ws", "t"]),
+        ("t", ["f", "ws", "products"]),
+        ("products", []),
+        ("products", ["products", "STAR", "ws", "f"]),
+        ("f", ["NUM"]),
+        ("f", ["LP", "ws", "e", "ws", "RP"]),
+        ("ws", []),
+        ("ws", ["SP"]),
+    ],
+    {"PLUS": r"\+", "STAR": r"\*", "NUM": "n", "LP": r"\(", "RP": r"\)", "SP": " "},
+    "e",
+)
+OPTIONAL_SEPARATORS = grammar(
+    [
+        ("l", ["LB", "items", "RB"]),
+        ("items", []),
+        ("items", ["item"]),
+        ("items", ["item", "sep", "items"]),
+        ("sep", []),
+        ("sep", ["COMMA"]),
+        ("item", ["X"]),
+        ("item", ["l"]),
+    ],
+    {"LB": r"\[", "RB": r"\]", "COMMA": ",", "X": "x"},
+    "l",
+)

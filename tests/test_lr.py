@@ -1,4 +1,5 @@
-"""LALR(1) tables against the Earley oracle, on terminal sequences."""
+"""LR tables against the Earley oracle, on terminal sequences: LALR(1) grammars, and grammars
+whose conflicting cells hold every action (followed GLR-style, each fork a stack of its own)."""
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from ananke_jax._src.compile.lr import lr_tables
 from ananke_jax._src.engines.lr import ACCEPT, ERROR, MAX_RULE_LENGTH, REDUCE, SHIFT
 from ananke_jax._src.ir import grammar
 
+from cfg_grammars import AMBIGUOUS, DANGLING_ELSE, OPTIONAL_SEPARATORS, OPTIONAL_SPACES
 from earley import EarleyRecogniser
 
 ARITHMETIC = grammar(
@@ -32,28 +34,45 @@ LISTS = grammar(
 
 
 def lr_parse(tables, terminals: list[str]) -> str:
-    """'accept', 'viable' (a prefix the parser took without error) or 'error', by plain LR."""
-    stack = [tables.start_state]
+    """'accept', 'viable' (a prefix that some fork took without error) or 'error': every action
+    of a cell is followed, each fork on a stack of its own (reductions that only grow the stack
+    stop at 32 states)."""
     column = {name: j for j, name in enumerate(tables.terminals)}
-    for name in [*terminals, "$END"]:
-        while True:
-            kind, arg = tables.action_kind[stack[-1], column[name]], tables.action_arg[stack[-1], column[name]]
-            if kind == SHIFT:
-                stack.append(int(arg))
-                break
-            if kind == REDUCE:
-                del stack[len(stack) - int(tables.rule_length[arg]) :]
-                stack.append(int(tables.goto[stack[-1], tables.rule_lhs[arg]]))
-                continue
-            if kind == ACCEPT and name == "$END":
-                return "accept"
-            return "error" if name != "$END" else "viable"
-    raise AssertionError("unreachable")
+
+    def read(stacks, col) -> tuple[set, bool]:
+        """The stacks after shifting column ``col``, and whether some fork accepted it."""
+        shifted, accepted, todo, seen = set(), False, list(stacks), set(stacks)
+        while todo:
+            stack = todo.pop()
+            for kind, arg in zip(tables.action_kind[stack[-1], col], tables.action_arg[stack[-1], col]):
+                if kind == SHIFT:
+                    shifted.add((*stack, int(arg)))
+                elif kind == ACCEPT:
+                    accepted = True
+                elif kind == REDUCE:
+                    below = stack[: len(stack) - int(tables.rule_length[arg])]
+                    after = (*below, int(tables.goto[below[-1], tables.rule_lhs[arg]]))
+                    if after not in seen and len(after) < 32:
+                        seen.add(after)
+                        todo.append(after)
+        return shifted, accepted
+
+    stacks = {(tables.start_state,)}
+    for name in terminals:
+        stacks, _ = read(stacks, column[name])
+        if not stacks:
+            return "error"
+    return "accept" if read(stacks, column["$END"])[1] else "viable"
 
 
-@pytest.mark.parametrize("g", [ARITHMETIC, LISTS], ids=["arithmetic", "lists"])
+@pytest.mark.parametrize(
+    "g",
+    [ARITHMETIC, LISTS, AMBIGUOUS, DANGLING_ELSE, OPTIONAL_SPACES, OPTIONAL_SEPARATORS],
+    ids=["arithmetic", "lists", "ambiguous", "dangling-else", "optional-spaces", "optional-separators"],
+)
 def test_lr_agrees_with_earley_on_random_terminal_sequences(g):
-    tables = lr_tables(g.validate())
+    tables = lr_tables(g.validate(), max_actions=4)
+    assert (tables.action_kind.shape[2] > 1) == (g not in (ARITHMETIC, LISTS))  # conflicts where meant
     earley = EarleyRecogniser(g)
     char = {t.name: t.regex.replace("\\", "") for t in g.terminals}
     names = list(char)
@@ -69,11 +88,24 @@ def test_lr_agrees_with_earley_on_random_terminal_sequences(g):
     assert min(seen.values()) >= 10  # every outcome is exercised
 
 
-def test_conflicts_are_refused_naming_the_rules():
-    ambiguous = grammar([("e", ["e", "PLUS", "e"]), ("e", ["NUM"])], {"PLUS": r"\+", "NUM": "[0-9]+"}, "e")
-    with pytest.raises(GrammarError, match=r"shift/reduce conflict before terminal PLUS: reduce by e ::= e PLUS e"):
-        lr_tables(ambiguous)
-    assert ERROR == 0  # the zero of the action table is the error action
+def test_only_grammars_with_conflicts_have_cells_of_several_actions():
+    assert lr_tables(ARITHMETIC.validate(), max_actions=4).action_kind.shape[2] == 1
+    tables = lr_tables(AMBIGUOUS.validate(), max_actions=4)
+    assert tables.action_kind.shape[2] == 2
+    both = tables.action_kind[:, tables.terminals.index("PLUS")]
+    assert sorted(map(tuple, both[(both != ERROR).all(axis=1)])) == [(SHIFT, REDUCE)]  # the shift first
+    assert ERROR == 0  # the zero of the action table is the error action (and a cell's padding)
+
+
+def test_conflicts_beyond_the_actions_a_cell_may_hold_are_refused_naming_the_rules():
+    with pytest.raises(GrammarError, match=r"not LALR\(1\):\n  shift/reduce conflict before terminal PLUS: reduce by e ::= e PLUS e"):
+        lr_tables(AMBIGUOUS)
+    three = grammar([("s", ["a"]), ("s", ["b"]), ("s", ["c"]), ("a", ["X"]), ("b", ["X"]), ("c", ["X"])], {"X": "x"}, "s")
+    with pytest.raises(
+        GrammarError,
+        match=r"a cell has 3 actions, over the 2 parse configurations kept.*\n  reduce/reduce conflict before terminal \$END: reduce by a ::= X; b ::= X; c ::= X",
+    ):
+        lr_tables(three, max_actions=2)
 
 
 def test_an_alternative_longer_than_the_engine_takes_is_refused_naming_its_rule():

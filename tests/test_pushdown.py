@@ -16,7 +16,20 @@ from ananke_jax._src.compile.cfg import cfg_tables, compile_ir
 from ananke_jax._src.compile.outcome_trie import chunk_layout
 from ananke_jax._src.ir import grammar
 
-from cfg_grammars import ARITHMETIC, ARITHMETIC_TOKENS, DATES, DATES_TOKENS, JSON, JSON_EXAMPLES, WORDS, WORDS_TOKENS
+from cfg_grammars import (
+    AMBIGUOUS,
+    ARITHMETIC,
+    ARITHMETIC_TOKENS,
+    DANGLING_ELSE,
+    DATES,
+    DATES_TOKENS,
+    JSON,
+    JSON_EXAMPLES,
+    OPTIONAL_SEPARATORS,
+    OPTIONAL_SPACES,
+    WORDS,
+    WORDS_TOKENS,
+)
 from earley import EarleyRecogniser, SharedEarley
 from oracles import unpack
 
@@ -113,6 +126,46 @@ def test_full_masks_match_earley_on_a_vocabulary_of_bridge_tokens(g, tokens):
     vocab = aj.Vocabulary.from_tokens(tokens, eos_token_ids=[0], logits_width=40)
     cg = compile_ir(g, vocab)
     assert random_walk_check(cg, SharedEarley(g), vocab, np.random.default_rng(0), walks=40, steps=12)[0] >= 200
+
+
+def _character_tokens(g, rng, extra: int) -> list[bytes]:
+    """EOS, the characters of ``g``'s one-character terminals, every pair of them and ``extra``
+    random runs of three to five: tokens that bridge terminals."""
+    chars = sorted({t.regex.replace("\\", "").encode() for t in g.terminals})
+    pairs = [a + b for a in chars for b in chars]
+    runs = {b"".join(rng.choice(chars, size=int(rng.integers(3, 6)))) for _ in range(extra)}
+    return [b"<eos>", *chars, *pairs, *sorted(runs - set(pairs))]
+
+
+@pytest.mark.parametrize(
+    "g, forking, steps",
+    [
+        pytest.param(AMBIGUOUS, b"n+n+n", 5, id="ambiguous", marks=pytest.mark.slow),
+        pytest.param(DANGLING_ELSE, b"iixex", 5, id="dangling-else"),
+        pytest.param(OPTIONAL_SPACES, b"n +", 8, id="optional-spaces"),
+        pytest.param(OPTIONAL_SEPARATORS, b"", 8, id="optional-separators", marks=pytest.mark.slow),  # its forks meet at once
+    ],
+)
+def test_where_the_lr_tables_conflict_parses_fork_and_masks_match_earley(g, forking, steps):
+    """A conflicting cell forks the parse into configurations (``forking`` leaves several live,
+    where given);
+    whole masks equal Earley's along random walks, and where the forks outgrow the budget, the
+    overflow contract of `random_walk_check` holds."""
+    rng = np.random.default_rng(0)
+    vocab = aj.Vocabulary.from_tokens(_character_tokens(g, rng, 30), eos_token_ids=[0])
+    cg = compile_ir(g, vocab)
+    assert cg.action_kind.shape[2] == 2
+    with pytest.raises(aj.GrammarError, match="not LALR"):
+        compile_ir(g, vocab, forks=False)
+    state = _follow(cg, [vocab.tokens.index(bytes([c])) for c in forking])
+    assert int(state.live.sum()) >= (2 if forking else 1) and not bool(state.overflow)
+    assert random_walk_check(cg, SharedEarley(g), vocab, rng, walks=30, steps=steps)[0] >= 100
+
+
+def test_a_grammar_without_conflicts_never_forks():
+    """LALR(1) tables hold one action a cell: the step is the deterministic one."""
+    vocab = aj.Vocabulary.from_tokens(ARITHMETIC_TOKENS, eos_token_ids=[0])
+    assert compile_ir(ARITHMETIC, vocab).action_kind.shape[2] == 1
 
 
 def test_terminals_that_never_meet_share_no_lexer_state_and_masks_match_earley():

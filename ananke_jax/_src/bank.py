@@ -50,8 +50,8 @@ def pad_grammar(cg: RegularGrammar, *, states: int, classes: int, rows: int) -> 
 # the empty outcome set and the error action. The trie's node axis "N" and chunks are laid out
 # again (`_pad_trie`), since the nodes per chunk (``lanes``) become the bank's largest.
 _CFG_AXES = {
-    "action_kind": (("S", "T"), 0),
-    "action_arg": (("S", "T"), 0),
+    "action_kind": (("S", "T", "A"), 0),
+    "action_arg": (("S", "T", "A"), 0),
     "goto": (("S", "G"), 0),
     "rule_lhs": (("R",), 0),
     "rule_length": (("R",), 0),

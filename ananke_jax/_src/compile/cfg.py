@@ -76,14 +76,15 @@ class CFGTables:
     class_set: np.ndarray
 
 
-def cfg_tables(grammar: Grammar, vocab: Vocabulary) -> CFGTables:
-    """Compile a validated grammar IR against a vocabulary.
+def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> CFGTables:
+    """Compile a validated grammar IR against a vocabulary (LR tables with up to
+    ``max_actions`` actions a cell).
 
     Raises:
-      GrammarError: LR conflicts, or terminals too complex to combine.
+      GrammarError: LR conflicts beyond ``max_actions``, or terminals too complex to combine.
     """
     grammar, dfas = without_empty_terminals(grammar.validate())
-    lr = lr_tables(grammar)
+    lr = lr_tables(grammar, max_actions=max_actions)
     column = {name: j for j, name in enumerate(lr.terminals)}
     lr_column = np.array([column.get(t.name, -1) if t.name not in grammar.ignore else -1 for t in grammar.terminals], np.int32)
     begins, follow = terminal_follow(grammar, lr.terminals)
@@ -569,21 +570,22 @@ def _state_set_pairs(class_set: np.ndarray, class_size: np.ndarray, num_sets: in
 
 
 @pausing_gc
-def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, max_configs: int = 4) -> PushdownGrammar:
+def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, max_configs: int = 4, forks: bool = True) -> PushdownGrammar:
     """Compile a grammar IR for ``vocab`` into the pushdown engine's device tables.
 
     Args:
       grammar: the grammar IR.
       vocab: the vocabulary.
       stack_depth: static LR stack depth D; deeper nesting is masked and flagged.
-      max_configs: static number K of parse configurations kept for lexing ambiguity.
+      max_configs: static number K of parse configurations kept for lexing and parsing ambiguity.
+      forks: fork the parse where the LR tables conflict (up to K actions a cell); False: refuse.
 
     Raises:
-      GrammarError: malformed grammar, empty language or LR conflicts.
+      GrammarError: malformed grammar, empty language or LR conflicts beyond ``forks``.
     """
     if stack_depth < 2 or max_configs < 1:
         raise ValueError(f"need stack_depth >= 2 and max_configs >= 1, got {stack_depth}, {max_configs}")
-    t = cfg_tables(grammar, vocab)
+    t = cfg_tables(grammar, vocab, max_actions=max_configs if forks else 1)
     lexer, lr = t.lexer, t.lr
     columns, end = len(lr.terminals), len(lr.terminals) - 1
     pending = np.zeros((lexer.num_states, columns), bool)

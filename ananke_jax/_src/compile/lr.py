@@ -1,7 +1,8 @@
 """LALR(1) parse tables of a grammar IR, built with lark's LALR analyser (numpy, host).
 
 The parser works on terminals; the tables are dense int arrays that the device engine gathers
-from. Conflicts are reported with the rules involved instead of being resolved silently.
+from. A conflict is not resolved: its cell holds every action, and the engine forks a parse on
+it (GLR-style). Where forks are not wanted, conflicts are refused with the rules involved.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ class LRTables:
     Attributes:
       terminals: terminal names by column; the last column is the end of input.
       nonterminals: nonterminal names by goto column.
-      action_kind: int8[S, T + 1], ERROR, SHIFT, REDUCE or ACCEPT.
-      action_arg: int32[S, T + 1], the state to shift to, or the rule to reduce by.
+      action_kind: int8[S, T + 1, A], ERROR, SHIFT, REDUCE or ACCEPT: the actions of each cell,
+        A of them where cells conflict most (1 for an LALR(1) grammar), ERROR-padded.
+      action_arg: int32[S, T + 1, A], the state to shift to, or the rule to reduce by.
       goto: int32[S, N], the state after reducing to a nonterminal (-1 where undefined).
       rule_lhs: int32[R], the goto column of each rule's left-hand side.
       rule_length: int32[R], the number of symbols each rule pops.
@@ -45,12 +47,14 @@ class LRTables:
     start_state: int
 
 
-def lr_tables(grammar: Grammar) -> LRTables:
-    """Build LALR(1) tables for ``grammar`` (its ignored terminals are not part of the rules).
+def lr_tables(grammar: Grammar, *, max_actions: int = 1) -> LRTables:
+    """Build LALR(1) tables for ``grammar`` (its ignored terminals are not part of the rules),
+    with up to ``max_actions`` actions in a cell: a shift before reductions (in rule order).
 
     Raises:
-      GrammarError: the grammar has LR conflicts (`ConflictError`; the message names the rules
-        and terminals) or an alternative longer than the engine takes.
+      GrammarError: a cell has more actions than ``max_actions`` (`ConflictError`; the message
+        names the rules and terminals of the conflicts) or an alternative is longer than the
+        engine takes.
     """
     for r in grammar.rules:
         if len(r.expansion) > MAX_RULE_LENGTH:
@@ -73,30 +77,37 @@ def lr_tables(grammar: Grammar) -> LRTables:
     columns = {name: j for j, name in enumerate(terminal_names + (END,))}
     goto_columns = {name: j for j, name in enumerate(nonterminals)}
     rule_index = {r: i for i, r in enumerate(lark_rules)}
-    kind = np.zeros((len(itemsets), len(columns)), np.int8)
-    arg = np.zeros((len(itemsets), len(columns)), np.int32)
+    cells: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (state, column) -> its actions
     goto = np.full((len(itemsets), len(nonterminals)), -1, np.int32)
     conflicts = []
     for i, itemset in enumerate(itemsets):
         for sym, target in itemset.transitions.items():
             if sym.is_term:
-                kind[i, columns[sym.name]], arg[i, columns[sym.name]] = SHIFT, index[target]
+                cells[i, columns[sym.name]] = [(SHIFT, index[target])]
             elif sym.name in goto_columns:
                 goto[i, goto_columns[sym.name]] = index[target]
+    start_state = index[analyzer.lr0_start_states[grammar.start]]
+    # Input is complete once the start symbol has been reduced from the start state.
+    cells[goto[start_state, goto_columns[grammar.start]], columns[END]] = [(ACCEPT, 0)]
+    for i, itemset in enumerate(itemsets):
         for lookahead, rules in itemset.lookaheads.items():
-            col = columns[lookahead.name]
             own = sorted((r for r in rules if r in rule_index), key=rule_index.get)  # without lark's root rule
             if not own:
                 continue
-            if len(own) > 1 or kind[i, col] == SHIFT:
-                conflicts.append((lookahead.name, own, kind[i, col] == SHIFT))
-                continue
-            kind[i, col], arg[i, col] = REDUCE, rule_index[own[0]]
-    start_state = index[analyzer.lr0_start_states[grammar.start]]
-    # Input is complete once the start symbol has been reduced from the start state.
-    kind[goto[start_state, goto_columns[grammar.start]], columns[END]] = ACCEPT
-    if conflicts:
-        raise ConflictError("the grammar is not LALR(1):\n" + "\n".join(_describe(c, grammar) for c in conflicts[:10]))
+            actions = cells.setdefault((i, columns[lookahead.name]), [])
+            if actions[:1] == [(ACCEPT, 0)]:
+                continue  # the input is complete: a reduction at its end could only accept again
+            if len(own) > 1 or actions:
+                conflicts.append((lookahead.name, own, bool(actions)))  # a shift is there
+            actions.extend((REDUCE, rule_index[r]) for r in own)
+    width = max(map(len, cells.values()), default=1)
+    if width > max_actions:
+        limit = "the grammar is not LALR(1)" if max_actions == 1 else f"a cell has {width} actions, over the {max_actions} parse configurations kept"
+        raise ConflictError(limit + ":\n" + "\n".join(_describe(c, grammar) for c in conflicts[:10]))
+    kind = np.zeros((len(itemsets), len(columns), width), np.int8)
+    arg = np.zeros((len(itemsets), len(columns), width), np.int32)
+    for (i, col), actions in cells.items():
+        kind[i, col, : len(actions)], arg[i, col, : len(actions)] = zip(*actions)
     return LRTables(
         terminals=terminal_names + (END,),
         nonterminals=nonterminals,

@@ -20,12 +20,13 @@ ERROR, SHIFT, REDUCE, ACCEPT = 0, 1, 2, 3  # the kinds of LR action in `Pushdown
 class LRActions(NamedTuple):
     """The LR tables in the form one parser action reads them (see `PushdownGrammar.lr_actions`)."""
 
-    action: jax.Array  # int32[S, T]: argument << 12 | states popped << 2 | kind (a reduction's argument: its rule's lhs)
+    action: jax.Array  # int32[S, T, A]: argument << 12 | states popped << 2 | kind (a reduction's argument: its rule's lhs)
     goto: jax.Array  # int32[S, G]: the state pushed after reducing to each nonterminal
+    forks: int  # F, the parses a simulation keeps: 1 where no cell conflicts (A = 1)
 
 
 def pack_actions(action_kind, action_arg, rule_lhs, rule_length) -> jax.Array:
-    """int32[S, T]: `LRActions.action` from the LR tables (a shift's argument is its state, a
+    """int32[S, T, A]: `LRActions.action` from the LR tables (a shift's argument is its state, a
     reduction's its rule)."""
     kind = action_kind.astype(jnp.int32)
     reduce = kind == REDUCE
@@ -34,16 +35,23 @@ def pack_actions(action_kind, action_arg, rule_lhs, rule_length) -> jax.Array:
     return jnp.left_shift(arg, 12) | jnp.left_shift(popped, 2) | kind
 
 
+def fork_width(action_columns: int, max_configs: int) -> int:
+    """F for tables with ``action_columns`` actions a cell: a simulation forks where a cell
+    holds several, into as many parses as the state keeps configurations."""
+    return 1 if action_columns == 1 else max_configs
+
+
 _OK, _OVERFLOW = 1, 2  # the flag bits of a packed `_Parse`
 
 
 class _Parse(NamedTuple):
-    """An LR simulation on a copy of a configuration's stack, packed in one array so that an
+    """LR simulations on copies of a configuration's stack, packed in one array so that an
     action is one fused update (separate fields cost one operation each per loop trip).
 
-    packed: int32[..., D + 4]: the stack (entries at and above the height are junk), then the
-      height, the state on top, the terminals consumed, and flags (`_OK`: no error so far,
-      `_OVERFLOW`: the stack depth was hit).
+    packed: int32[..., F, D + 4]: F forks of one simulation (dead ones: no `_OK`), each the
+      stack (entries at and above the height are junk), then the height, the state on top, the
+      terminals consumed, and flags (`_OK`: alive, no error so far; `_OVERFLOW`: the stack depth
+      or the forks ran out).
     """
 
     packed: jax.Array
@@ -59,28 +67,32 @@ class _Parse(NamedTuple):
 def _parse(stack, height, top, pos, ok, overflow) -> _Parse:
     """Pack the fields of a `_Parse` (``stack`` int32[..., D], the others broadcastable to [...])."""
     flags = jnp.where(ok, _OK, 0) | jnp.where(overflow, _OVERFLOW, 0)
-    fields = jnp.stack(jnp.broadcast_arrays(height, top, pos, flags), axis=-1).astype(jnp.int32)
-    return _Parse(jnp.concatenate([stack, fields], axis=-1))
+    fields = jnp.broadcast_arrays(height, top, pos, flags)
+    stack = jnp.broadcast_to(stack, fields[0].shape + stack.shape[-1:])
+    return _Parse(jnp.concatenate([stack, jnp.stack(fields, axis=-1).astype(jnp.int32)], axis=-1))
 
 
-def _fresh(stack, depth) -> _Parse:
-    return _parse(stack, depth, stack[jnp.maximum(depth - 1, 0)], 0, True, False)
+def _fresh(stack, depth, forks: int) -> _Parse:
+    """int32[F, D + 4]: a simulation from ``stack`` (int32[D]) of height ``depth``, one fork alive."""
+    one = _parse(stack, depth, stack[jnp.maximum(depth - 1, 0)], 0, True, False)
+    return _Parse(jnp.where((jnp.arange(forks) == 0)[:, None], one.packed, 0))
 
 
-def _act(lr: LRActions, column, length, p: _Parse) -> _Parse:
-    """One LR action on terminal ``column`` while ``pos < length`` (a no-op once the input is
-    used up or rejected): a shift or accept consumes it, a reduction pops and pushes a goto."""
+def _apply(lr: LRActions, entry, length, p: _Parse) -> _Parse:
+    """The action ``entry`` (packed, int32[...]) on each parse (int32[..., D + 4]) while
+    ``pos < length`` (a no-op once the input is used up or rejected): a shift or accept
+    consumes a terminal, a reduction pops and pushes a goto."""
     active = p.ok & (p.pos < length)
-    entry = lr.action[p.top, column]
     kind, popped, arg = entry & 3, jnp.right_shift(entry, 2) & MAX_RULE_LENGTH, jnp.right_shift(entry, 12)
     is_shift, is_accept = kind == SHIFT, kind == ACCEPT
     push = is_shift | (kind == REDUCE)
-    height = p.height - popped
-    pushed = jnp.where(is_shift, arg, lr.goto[p.stack[jnp.maximum(height - 1, 0)], arg])
-    full = push & (height >= p.stack.shape[0])
+    height, stack = p.height - popped, p.stack
+    below = jnp.take_along_axis(stack, jnp.maximum(height - 1, 0)[..., None], axis=-1)[..., 0]
+    pushed = jnp.where(is_shift, arg, lr.goto[below, arg])
+    full = push & (height >= stack.shape[-1])
     write = active & push & ~full
     return _parse(
-        stack=jnp.where(write & (jnp.arange(p.stack.shape[0]) == height), pushed, p.stack),
+        stack=jnp.where(write[..., None] & (jax.lax.broadcasted_iota(jnp.int32, stack.shape, stack.ndim - 1) == height[..., None]), pushed[..., None], stack),
         height=jnp.where(active, height + write, p.height),
         top=jnp.where(write, pushed, p.top),
         pos=p.pos + (active & (is_shift | is_accept)),
@@ -89,9 +101,42 @@ def _act(lr: LRActions, column, length, p: _Parse) -> _Parse:
     )
 
 
+def _same(p: _Parse) -> jax.Array:
+    """bool[N, N]: which of the parses ``p`` (int32[N, D + 4]) are the same simulation state."""
+    below = jnp.arange(p.stack.shape[-1])[None, :] < p.height[:, None]
+    stacks = ((p.stack[:, None, :] == p.stack[None, :, :]) | ~below[:, None, :]).all(axis=2)
+    return stacks & (p.height[:, None] == p.height[None, :]) & (p.pos[:, None] == p.pos[None, :])
+
+
+def _act(lr: LRActions, column, length, p: _Parse) -> _Parse:
+    """One LR action on each fork of a simulation (``p``: int32[F, D + 4]; ``column``: the LR
+    column each reads, broadcast to [F]). Where a cell holds several actions the fork forks;
+    the live forks, deduplicated, are kept in order (primary actions first), and forks past F
+    are dropped with `_OVERFLOW` on the simulation."""
+    entries = lr.action[p.top, column]  # [F, A]
+    if entries.shape[-1] == 1:  # static: tables without conflicts never fork
+        return _apply(lr, entries[..., 0], length, p)
+    entries, forks = entries.T, p.packed.shape[0]  # [A, F]: every action of each fork's cell
+    made = _apply(lr, entries, length, _Parse(jnp.broadcast_to(p.packed, entries.shape + p.packed.shape[-1:])))
+    primary = (jnp.arange(entries.shape[0]) == 0)[:, None]
+    taken = made.ok & (primary | (((entries & 3) != ERROR) & _running(p, length)[None, :]))
+    made, taken = _Parse(made.packed.reshape(-1, made.packed.shape[-1])), taken.reshape(-1)
+    earlier = jnp.tril(jnp.ones((taken.shape[0],) * 2, jnp.bool_), k=-1)
+    first = taken & ~(_same(made) & earlier & taken[None, :]).any(axis=1)
+    position = jnp.where(first, jnp.cumsum(first) - 1, forks)
+    kept = jnp.zeros_like(p.packed).at[position].set(made.packed, mode="drop")
+    dropped = (first.sum() > forks) | made.overflow.any()
+    return _Parse(kept.at[:, -1].set(kept[:, -1] | jnp.where(dropped, _OVERFLOW, 0)))
+
+
 def _accepted(p: _Parse):
-    """bool[...]: the single terminal fed to a trie node's parse was taken."""
-    return p.ok & (p.pos == 1)
+    """bool[...]: the single terminal fed to a trie node's parse was taken (by some fork)."""
+    return (p.ok & (p.pos == 1)).any(axis=-1)
+
+
+def _overflowed(p: _Parse):
+    """bool[...]: some fork of a simulation ran out of stack depth or forks."""
+    return p.overflow.any(axis=-1)
 
 
 def _running(p: _Parse, length):
@@ -99,8 +144,8 @@ def _running(p: _Parse, length):
 
 
 def _run(step, p: _Parse, length, limit: int) -> _Parse:
-    """Apply ``step`` (parse -> parse, on one parse or a vector of them) until no parse is still
-    reading its ``length`` terminals, or for ``limit`` trips: parses then still reading ran out
+    """Apply ``step`` (parse -> parse, on simulations of any batch shape) until no fork is still
+    reading its ``length`` terminals, or for ``limit`` trips: forks then still reading ran out
     of actions, which counts as overflow."""
     p, _ = jax.lax.while_loop(lambda x: _running(x[0], length).any() & (x[1] < limit), lambda x: (step(x[0]), x[1] + 1), (p, jnp.int32(0)))
     return _parse(p.stack, p.height, p.top, p.pos, p.ok, p.overflow | _running(p, length))
@@ -109,10 +154,11 @@ def _run(step, p: _Parse, length, limit: int) -> _Parse:
 def feed(lr: LRActions, stack, depth, terminals, length) -> _Parse:
     """Feed LR columns ``terminals[:length]`` (int32[M]) to the parser of one configuration.
 
-    Returns the simulation after the input: ``ok & (pos >= length)`` when it was accepted.
+    Returns the simulation's F forks after the input: a fork with ``ok & (pos >= length)``
+    accepted it.
     """
     step = lambda p: _act(lr, terminals[jnp.minimum(p.pos, terminals.shape[0] - 1)], length, p)
-    return _run(step, _fresh(stack, depth), length, terminals.shape[0] * (stack.shape[0] + 2))  # D + 2 actions a terminal
+    return _run(step, _fresh(stack, depth, lr.forks), length, terminals.shape[0] * (stack.shape[0] + 2))  # D + 2 actions a terminal
 
 
 def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
@@ -120,10 +166,10 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
     ``cg.lanes`` nodes at a time, each node one terminal after its parent. Chunks whose nodes'
     parents were all refused are skipped (their nodes stay refused).
 
-    Returns a `_Parse` per node (arrays with a leading node axis); a node's terminal is
-    accepted when `_accepted` holds for it.
+    Returns a simulation per node (int32[N, F, D + 4]); a node's terminal is accepted when
+    `_accepted` holds for it.
     """
-    lanes, fresh = cg.lanes, _fresh(stack, depth)
+    lanes, fresh = cg.lanes, _fresh(stack, depth, lr.forks)
     parent_of, column_of, chunk_of = cg.node_parent[lexer], cg.node_column[lexer], cg.node_chunk[lexer]
     chunks, starts = cg.num_chunks[lexer], cg.chunk_start[lexer]
     act = jax.vmap(lambda col, p: _act(lr, col, 1, p))
@@ -133,31 +179,30 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
         overflowed (which its descendants must inherit): the chunks in between have only
         refused nodes."""
         parent = jnp.maximum(parent_of, 0)
-        reached = (parent_of < 0) | _accepted(nodes)[parent] | nodes.overflow[parent]
+        reached = (parent_of < 0) | _accepted(nodes)[parent] | _overflowed(nodes)[parent]
         return jnp.where(reached & (chunk_of > c), chunk_of, chunks).min()
 
     def load(c, nodes: _Parse) -> tuple[_Parse, jax.Array]:
-        """The lanes of chunk ``c``, each starting from its parent's parse (lanes past the
-        chunk's end are refused, so that what they write is right if those nodes are skipped)."""
+        """The lanes of chunk ``c``, each starting from its parent's forks that took its
+        terminal (lanes past the chunk's end are refused, so that what they write is right if
+        those nodes are skipped)."""
         start = starts[c]
         parent = jax.lax.dynamic_slice(parent_of, (start,), (lanes,))
-        root, p = parent < 0, jnp.maximum(parent, 0)
-        lane = jax.tree_util.tree_map(
-            lambda n, f: jnp.where(root.reshape((-1,) + (1,) * f.ndim), jnp.broadcast_to(f, n[p].shape), n[p]), nodes, fresh
-        )
-        inside = jax.lax.dynamic_slice(chunk_of, (start,), (lanes,)) == c
-        lane = _parse(lane.stack, lane.height, lane.top, 0, inside & (root | _accepted(nodes)[p]), lane.overflow)
-        return lane, jax.lax.dynamic_slice(column_of, (start,), (lanes,))
+        root = (parent < 0)[:, None, None]
+        lane = _Parse(jnp.where(root, fresh.packed, nodes.packed[jnp.maximum(parent, 0)]))
+        inside = (jax.lax.dynamic_slice(chunk_of, (start,), (lanes,)) == c)[:, None]
+        ok = inside & lane.ok & (root[..., 0] | (lane.pos == 1))
+        return _parse(lane.stack, lane.height, lane.top, 0, ok, lane.overflow), jax.lax.dynamic_slice(column_of, (start,), (lanes,))
 
     def run_chunk(carry):
         """Load chunk ``c``, run its lanes to the end of their terminal, store them, move on."""
         c, nodes = carry
         lane, column = load(c, nodes)
         lane = _run(lambda x: act(column, x), lane, 1, limit)
-        nodes = jax.tree_util.tree_map(lambda n, x: jax.lax.dynamic_update_slice_in_dim(n, x, starts[c], 0), nodes, lane)
+        nodes = _Parse(jax.lax.dynamic_update_slice_in_dim(nodes.packed, lane.packed, starts[c], 0))
         return next_chunk(c, nodes), nodes
 
-    nodes = jax.tree_util.tree_map(lambda x: jnp.zeros(parent_of.shape + x.shape, x.dtype), fresh)
+    nodes = _Parse(jnp.zeros(parent_of.shape + fresh.packed.shape, jnp.int32))
     limit = cg.stack_depth + 2  # actions for one terminal: the reductions, then a shift
     return jax.lax.while_loop(lambda c: c[0] < chunks, run_chunk, (jnp.int32(0), nodes))[1]
 
@@ -174,8 +219,9 @@ def _verdicts(cg, lr: LRActions, stack, depth, lexer):
     lookahead_ok = ((lookahead >= 0) & accepted[jnp.maximum(lookahead, 0)]).any(axis=1)
     used = cg.outcome_lexer[lexer] >= 0
     valid = used & terminals_ok & (cg.outcome_free[lexer] | lookahead_ok)
-    node_overflow = (node >= 0) & nodes.overflow[jnp.maximum(node, 0)]
-    lookahead_overflow = ((lookahead >= 0) & nodes.overflow[jnp.maximum(lookahead, 0)]).any(axis=1)
+    overflowed = _overflowed(nodes)
+    node_overflow = (node >= 0) & overflowed[jnp.maximum(node, 0)]
+    lookahead_overflow = ((lookahead >= 0) & overflowed[jnp.maximum(lookahead, 0)]).any(axis=1)
     blocked = (used & ~valid & (node_overflow | lookahead_overflow)).any()
     final = cg.complete_node[lexer]
     complete = ((final >= 0) & accepted[jnp.maximum(final, 0)]).any()

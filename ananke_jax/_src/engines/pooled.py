@@ -17,7 +17,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ananke_jax._src.engines.lr import LRActions
+from ananke_jax._src.engines.lr import LRActions, fork_width
 from ananke_jax._src.engines.masks import is_allowed
 from ananke_jax._src.engines.protocol import Constraint
 from ananke_jax._src.engines.pushdown import (
@@ -110,7 +110,7 @@ class PushdownPool:
     single_pair_path = property(lambda self: self.rows_in_turn)
 
     def lr_actions(self) -> LRActions:
-        return LRActions(self.packed_action, self.goto)
+        return LRActions(self.packed_action, self.goto, fork_width(self.packed_action.shape[-1], self.max_configs))
 
     def token_classes(self, lexer: jax.Array, token: jax.Array) -> jax.Array:
         """int32[...]: the class of ``token`` in the member of each lexer state ``lexer``."""

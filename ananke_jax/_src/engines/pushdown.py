@@ -20,7 +20,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ananke_jax._src.engines.lr import LRActions, feed, pack_actions, with_verdicts
+from ananke_jax._src.engines.lr import LRActions, feed, fork_width, pack_actions, with_verdicts
 from ananke_jax._src.engines.masks import is_allowed
 from ananke_jax._src.engines.protocol import Constraint
 
@@ -59,7 +59,8 @@ class PushdownGrammar(Constraint):
     Attributes (Q lexer states, S LR states, T LR terminal columns with the end of
     input last; per lexer state: N trie nodes, P outcomes, B dense rows, Z sparse tokens):
       lexer_start: int32[], the lexer state right after a cut.
-      action_kind: int8[S, T]; action_arg, goto, rule_lhs, rule_length, lr_start: LR tables.
+      action_kind: int8[S, T, A]; action_arg, goto, rule_lhs, rule_length, lr_start: LR tables
+        (A > 1: cells with conflicts, where the LR simulations fork).
       node_parent, node_column, node_chunk: int32[Q, N + lanes], chunk_start: int32[Q, CH],
         num_chunks: int32[Q]: the prefix tree of terminals to check from each lexer state
         (see `ananke_jax._src.compile.outcome_trie`).
@@ -124,7 +125,8 @@ class PushdownGrammar(Constraint):
 
     def lr_actions(self) -> LRActions:
         """The LR tables in the form the simulations read them (derived once per step)."""
-        return LRActions(pack_actions(self.action_kind, self.action_arg, self.rule_lhs, self.rule_length), self.goto)
+        action = pack_actions(self.action_kind, self.action_arg, self.rule_lhs, self.rule_length)
+        return LRActions(action, self.goto, fork_width(action.shape[-1], self.max_configs))
 
     def token_classes(self, lexer: jax.Array, token: jax.Array) -> jax.Array:
         """int32[...]: the class of ``token`` (int32[]) for `class_set` rows ``lexer`` (int32[...])."""
@@ -258,13 +260,15 @@ def _same(a: _Configs, b: _Configs) -> jax.Array:
     return (a.lexer[:, None] == b.lexer[None, :]) & (a.depth[:, None] == b.depth[None, :]) & equal_stacks
 
 
-def _follow(cg: PushdownGrammar, lr: LRActions, state: PushdownState, config, local, real) -> _Configs:
-    """The configuration that configuration ``config`` makes by following its outcome ``local``
-    (when ``real``, bool[]; otherwise no parser action runs)."""
+def _follow(cg: PushdownGrammar, lr: LRActions, state: PushdownState, config, local, real) -> tuple[_Configs, jax.Array]:
+    """The configurations (one per fork, [F]) that configuration ``config`` makes by following its
+    outcome ``local`` (when ``real``, bool[]; otherwise no parser action runs), and bool[F],
+    which forks took the outcome's terminals."""
     stack, depth, lexer = state.stacks[config], state.depth[config], state.lexer[config]
     outcome = cg.state_outcomes[lexer, local]
-    p = feed(lr, stack, depth, cg.outcome_terminals[outcome], jnp.where(real, cg.outcome_length[outcome], 0))
-    return _Configs(p.stack, p.height, cg.outcome_lexer[lexer, local])
+    length = jnp.where(real, cg.outcome_length[outcome], 0)
+    p = feed(lr, stack, depth, cg.outcome_terminals[outcome], length)
+    return _Configs(p.stack, p.height, jnp.broadcast_to(cg.outcome_lexer[lexer, local], p.height.shape)), real & p.ok & (p.pos >= length)
 
 
 def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> PushdownState:
@@ -275,7 +279,8 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
     step costs what its valid pairs cost, not K times the largest outcome set; with
     ``cg.single_pair_path`` the usual single pair skips the deduplication. Under `vmap` a
     `lax.cond` on a per-state predicate runs both branches with every operand broadcast to the
-    batch, tables included, so tables that always run batched (the pool's) turn it off.
+    batch, tables included, so tables that always run batched (the pool's) turn it off. Where
+    the LR tables conflict, a pair makes a configuration per fork of its simulation.
     """
     token = jnp.asarray(token, jnp.int32)
     is_eos = is_allowed(cg.eos_mask, token)
@@ -293,18 +298,20 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
     def round_(carry):
         r, kept, live, overflow = carry
         slot = jax.lax.dynamic_slice(pairs, (r * k,), (k,))
-        real = r * k + jnp.arange(k) < count
-        made = jax.vmap(follow)(slot, real)
-        earlier = jnp.tril(jnp.ones((k, k), jnp.bool_), k=-1)
+        made, real = jax.vmap(follow)(slot, r * k + jnp.arange(k) < count)
+        made, real = jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), (made, real))  # [K * F]
+        earlier = jnp.tril(jnp.ones((real.shape[0],) * 2, jnp.bool_), k=-1)
         fresh = real & ~(_same(made, kept) & live[None, :]).any(axis=1) & ~(_same(made, made) & earlier & real[None, :]).any(axis=1)
         position = jnp.where(fresh, live.sum() + jnp.cumsum(fresh) - 1, k)
         kept = jax.tree_util.tree_map(lambda a, b: a.at[position].set(b, mode="drop"), kept, made)
         return r + 1, kept, live.at[position].set(True, mode="drop"), overflow | (fresh & (position >= k)).any()
 
     def one_pair():
-        """The usual step: one valid pair makes the only configuration (no deduplication)."""
-        kept = jax.tree_util.tree_map(lambda e, x: e.at[0].set(x), empty, follow(pairs[0], True))
-        return kept, jnp.arange(k) == 0, state.overflow
+        """The usual step: one valid pair makes the only configurations, one per fork (the
+        forks are distinct: no deduplication)."""
+        made, real = follow(pairs[0], True)
+        kept = jax.tree_util.tree_map(lambda e, x: e.at[: lr.forks].set(x), empty, made)
+        return kept, jnp.zeros(k, jnp.bool_).at[: lr.forks].set(real), state.overflow
 
     def rounds():
         init = (jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow)  # no round for EOS or a forbidden token
@@ -330,4 +337,7 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
     ended = state._replace(finished=complete, live=state.live & complete)
     # Only the new configurations of a step that is not EOS need verdicts (after EOS: none).
     stepped = with_verdicts(cg, stepped, known)
+    if lr.forks > 1:  # a fork can take a token's terminals, then nothing: it goes if others go on
+        going = stepped.live & (stepped.outcome_ok.any(axis=1) | stepped.complete)
+        stepped = stepped._replace(live=jnp.where(going.any(), going, stepped.live))
     return jax.tree_util.tree_map(lambda e, s: jnp.where(is_eos, e, s), ended, stepped)

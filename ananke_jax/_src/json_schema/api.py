@@ -228,7 +228,7 @@ def compile_in_pieces(rules: Rules, vocab: Vocabulary, max_terminal: int, **opti
     whitespace, say): coarser ones are tried, then whole ones."""
     for limit in (max_terminal, 16 * max_terminal):
         try:
-            return compile_grammar(to_grammar(rules, set(), max_terminal=limit, charge_total=True, compiling=True), vocab, **options)
+            return compile_grammar(to_grammar(rules, set(), max_terminal=limit, charge_total=True, compiling=True), vocab, forks=False, **options)
         except ConflictError:
             pass
     return compile_grammar(to_grammar(rules, set(), charge_total=True, compiling=True), vocab, **options)

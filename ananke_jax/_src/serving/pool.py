@@ -59,7 +59,10 @@ class PoolCapacity:
     ``lookahead``, ``trie_nodes``, ``trie_chunks``, ``completions``, ``classes_per_state``,
     ``sets_per_state``, ``dense_rows``, ``sparse_tokens``, and ``outcome_terminals``,
     ``set_width``), and its ``stack_depth`` and ``max_configs`` those of the pool, which runs
-    every member at its own (larger bounds only refuse less).
+    every member at its own (larger bounds only refuse less). ``lr_actions`` is the most actions
+    an LR table cell may hold: 1 admits LALR(1) grammars only; more admits grammars whose
+    tables conflict, and every member's parse then forks (up to ``max_configs``), which costs
+    every step.
     """
 
     regular_grammars: int = 64
@@ -74,6 +77,7 @@ class PoolCapacity:
     outcome_sets: int = 8192
     pushdown_rows: int = 1024
     lr_columns: int = 64
+    lr_actions: int = 1
     nonterminals: int = 64
     outcome_terminals: int = 64
     set_width: int = 16
@@ -150,7 +154,7 @@ def _layout(cap: PoolCapacity, width: int) -> dict[tuple[str, str], tuple[tuple[
         "start": ((cap.regular_grammars,), i32, 0),
     }
     pushdown = {
-        "packed_action": ((cap.lr_states, cap.lr_columns), i32, 0),
+        "packed_action": ((cap.lr_states, cap.lr_columns, cap.lr_actions), i32, 0),
         "goto": ((cap.lr_states, cap.nonterminals), i32, 0),
         "node_parent": ((q, cap.trie_nodes), i32, -1),
         "node_column": ((q, cap.trie_nodes), i32, 0),
@@ -504,6 +508,7 @@ class GrammarPool:
         chunk_start, num_chunks, node_chunk = chunk_layout(parents, cap.lanes, max(nodes, cap.trie_nodes))  # checked below
         widths = {
             "LR columns": (host["action_kind"].shape[1], cap.lr_columns),
+            "LR actions a cell": (host["action_kind"].shape[2], cap.lr_actions),
             "nonterminals": (host["goto"].shape[1], cap.nonterminals),
             "outcome terminals": (host["outcome_terminals"].shape[1], cap.outcome_terminals),
             "outcome set width": (host["set_members"].shape[1], cap.set_width),
