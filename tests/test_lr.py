@@ -103,7 +103,7 @@ def test_conflicts_beyond_the_actions_a_cell_may_hold_are_refused_naming_the_rul
     three = grammar([("s", ["a"]), ("s", ["b"]), ("s", ["c"]), ("a", ["X"]), ("b", ["X"]), ("c", ["X"])], {"X": "x"}, "s")
     with pytest.raises(
         GrammarError,
-        match=r"a cell has 3 actions, over the 2 parse configurations kept.*\n  reduce/reduce conflict before terminal \$END: reduce by a ::= X; b ::= X; c ::= X",
+        match=r"a cell of the LR tables has 3 actions, more than the budget of max_configs=2 parse configurations can fork into.*\n  reduce/reduce conflict before terminal \$END: reduce by a ::= X; b ::= X; c ::= X",
     ):
         lr_tables(three, max_actions=2)
 

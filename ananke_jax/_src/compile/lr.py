@@ -102,7 +102,11 @@ def lr_tables(grammar: Grammar, *, max_actions: int = 1) -> LRTables:
             actions.extend((REDUCE, rule_index[r]) for r in own)
     width = max(map(len, cells.values()), default=1)
     if width > max_actions:
-        limit = "the grammar is not LALR(1)" if max_actions == 1 else f"a cell has {width} actions, over the {max_actions} parse configurations kept"
+        limit = (
+            "the grammar is not LALR(1)"
+            if max_actions == 1
+            else f"a cell of the LR tables has {width} actions, more than the budget of max_configs={max_actions} parse configurations can fork into"
+        )
         raise ConflictError(limit + ":\n" + "\n".join(_describe(c, grammar) for c in conflicts[:10]))
     kind = np.zeros((len(itemsets), len(columns), width), np.int8)
     arg = np.zeros((len(itemsets), len(columns), width), np.int32)

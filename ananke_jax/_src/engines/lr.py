@@ -51,7 +51,8 @@ class _Parse(NamedTuple):
     packed: int32[..., F, D + 4]: F forks of one simulation (dead ones: no `_OK`), each the
       stack (entries at and above the height are junk), then the height, the state on top, the
       terminals consumed, and flags (`_OK`: alive, no error so far; `_OVERFLOW`: the stack depth
-      or the forks ran out).
+      or the forks ran out). Tables that never fork (F = 1) leave the fork axis out, so that
+      their simulations are the plain LR parser's.
     """
 
     packed: jax.Array
@@ -72,27 +73,26 @@ def _parse(stack, height, top, pos, ok, overflow) -> _Parse:
     return _Parse(jnp.concatenate([stack, jnp.stack(fields, axis=-1).astype(jnp.int32)], axis=-1))
 
 
-def _fresh(stack, depth, forks: int) -> _Parse:
-    """int32[F, D + 4]: a simulation from ``stack`` (int32[D]) of height ``depth``, one fork alive."""
-    one = _parse(stack, depth, stack[jnp.maximum(depth - 1, 0)], 0, True, False)
-    return _Parse(jnp.where((jnp.arange(forks) == 0)[:, None], one.packed, 0))
+def _fresh(lr: LRActions, stack, depth) -> _Parse:
+    """A simulation from ``stack`` (int32[D]) of height ``depth``: one fork alive."""
+    one = _parse(stack, depth, stack[jnp.maximum(depth - 1, 0)], 0, True, False).packed
+    return _Parse(one if lr.forks == 1 else jnp.concatenate([one[None], jnp.zeros((lr.forks - 1,) + one.shape, one.dtype)]))
 
 
 def _apply(lr: LRActions, entry, length, p: _Parse) -> _Parse:
-    """The action ``entry`` (packed, int32[...]) on each parse (int32[..., D + 4]) while
-    ``pos < length`` (a no-op once the input is used up or rejected): a shift or accept
-    consumes a terminal, a reduction pops and pushes a goto."""
+    """The action ``entry`` (packed, int32[]) on one parse (int32[D + 4]) while ``pos < length``
+    (a no-op once the input is used up or rejected): a shift or accept consumes a terminal, a
+    reduction pops and pushes a goto."""
     active = p.ok & (p.pos < length)
     kind, popped, arg = entry & 3, jnp.right_shift(entry, 2) & MAX_RULE_LENGTH, jnp.right_shift(entry, 12)
     is_shift, is_accept = kind == SHIFT, kind == ACCEPT
     push = is_shift | (kind == REDUCE)
-    height, stack = p.height - popped, p.stack
-    below = jnp.take_along_axis(stack, jnp.maximum(height - 1, 0)[..., None], axis=-1)[..., 0]
-    pushed = jnp.where(is_shift, arg, lr.goto[below, arg])
-    full = push & (height >= stack.shape[-1])
+    height = p.height - popped
+    pushed = jnp.where(is_shift, arg, lr.goto[p.stack[jnp.maximum(height - 1, 0)], arg])
+    full = push & (height >= p.stack.shape[0])
     write = active & push & ~full
     return _parse(
-        stack=jnp.where(write[..., None] & (jax.lax.broadcasted_iota(jnp.int32, stack.shape, stack.ndim - 1) == height[..., None]), pushed[..., None], stack),
+        stack=jnp.where(write & (jnp.arange(p.stack.shape[0]) == height), pushed, p.stack),
         height=jnp.where(active, height + write, p.height),
         top=jnp.where(write, pushed, p.top),
         pos=p.pos + (active & (is_shift | is_accept)),
@@ -113,11 +113,11 @@ def _act(lr: LRActions, column, length, p: _Parse) -> _Parse:
     column each reads, broadcast to [F]). Where a cell holds several actions the fork forks;
     the live forks, deduplicated, are kept in order (primary actions first), and forks past F
     are dropped with `_OVERFLOW` on the simulation."""
-    entries = lr.action[p.top, column]  # [F, A]
-    if entries.shape[-1] == 1:  # static: tables without conflicts never fork
-        return _apply(lr, entries[..., 0], length, p)
-    entries, forks = entries.T, p.packed.shape[0]  # [A, F]: every action of each fork's cell
-    made = _apply(lr, entries, length, _Parse(jnp.broadcast_to(p.packed, entries.shape + p.packed.shape[-1:])))
+    if lr.forks == 1:  # static: tables without conflicts never fork (and have no fork axis)
+        return _apply(lr, lr.action[p.top, column, 0], length, p)
+    entries, forks = lr.action[p.top, column].T, p.packed.shape[0]  # [A, F]: every action of each fork's cell
+    made = jax.vmap(jax.vmap(lambda e, q: _apply(lr, e, length, _Parse(q)).packed), in_axes=(0, None))(entries, p.packed)
+    made = _Parse(made)
     primary = (jnp.arange(entries.shape[0]) == 0)[:, None]
     taken = made.ok & (primary | (((entries & 3) != ERROR) & _running(p, length)[None, :]))
     made, taken = _Parse(made.packed.reshape(-1, made.packed.shape[-1])), taken.reshape(-1)
@@ -129,14 +129,19 @@ def _act(lr: LRActions, column, length, p: _Parse) -> _Parse:
     return _Parse(kept.at[:, -1].set(kept[:, -1] | jnp.where(dropped, _OVERFLOW, 0)))
 
 
-def _accepted(p: _Parse):
-    """bool[...]: the single terminal fed to a trie node's parse was taken (by some fork)."""
-    return (p.ok & (p.pos == 1)).any(axis=-1)
+def _any_fork(lr: LRActions, x):
+    """bool[...]: ``x`` (bool[..., F], or bool[...] without forks) holds for some fork."""
+    return x if lr.forks == 1 else x.any(axis=-1)
 
 
-def _overflowed(p: _Parse):
+def _accepted(lr: LRActions, p: _Parse):
+    """bool[...]: the single terminal fed to a trie node's simulation was taken (by some fork)."""
+    return _any_fork(lr, p.ok & (p.pos == 1))
+
+
+def _overflowed(lr: LRActions, p: _Parse):
     """bool[...]: some fork of a simulation ran out of stack depth or forks."""
-    return p.overflow.any(axis=-1)
+    return _any_fork(lr, p.overflow)
 
 
 def _running(p: _Parse, length):
@@ -154,11 +159,12 @@ def _run(step, p: _Parse, length, limit: int) -> _Parse:
 def feed(lr: LRActions, stack, depth, terminals, length) -> _Parse:
     """Feed LR columns ``terminals[:length]`` (int32[M]) to the parser of one configuration.
 
-    Returns the simulation's F forks after the input: a fork with ``ok & (pos >= length)``
-    accepted it.
+    Returns the simulation's F forks after the input (int32[F, D + 4], with F = 1 too): a fork
+    with ``ok & (pos >= length)`` accepted it.
     """
     step = lambda p: _act(lr, terminals[jnp.minimum(p.pos, terminals.shape[0] - 1)], length, p)
-    return _run(step, _fresh(stack, depth, lr.forks), length, terminals.shape[0] * (stack.shape[0] + 2))  # D + 2 actions a terminal
+    p = _run(step, _fresh(lr, stack, depth), length, terminals.shape[0] * (stack.shape[0] + 2))  # D + 2 actions a terminal
+    return _Parse(p.packed.reshape(lr.forks, -1))
 
 
 def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
@@ -166,10 +172,10 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
     ``cg.lanes`` nodes at a time, each node one terminal after its parent. Chunks whose nodes'
     parents were all refused are skipped (their nodes stay refused).
 
-    Returns a simulation per node (int32[N, F, D + 4]); a node's terminal is accepted when
-    `_accepted` holds for it.
+    Returns a simulation per node (int32[N, F, D + 4], or [N, D + 4] without forks); a node's
+    terminal is accepted when `_accepted` holds for it.
     """
-    lanes, fresh = cg.lanes, _fresh(stack, depth, lr.forks)
+    lanes, fresh = cg.lanes, _fresh(lr, stack, depth)
     parent_of, column_of, chunk_of = cg.node_parent[lexer], cg.node_column[lexer], cg.node_chunk[lexer]
     chunks, starts = cg.num_chunks[lexer], cg.chunk_start[lexer]
     act = jax.vmap(lambda col, p: _act(lr, col, 1, p))
@@ -179,7 +185,7 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
         overflowed (which its descendants must inherit): the chunks in between have only
         refused nodes."""
         parent = jnp.maximum(parent_of, 0)
-        reached = (parent_of < 0) | _accepted(nodes)[parent] | _overflowed(nodes)[parent]
+        reached = (parent_of < 0) | _accepted(lr, nodes)[parent] | _overflowed(lr, nodes)[parent]
         return jnp.where(reached & (chunk_of > c), chunk_of, chunks).min()
 
     def load(c, nodes: _Parse) -> tuple[_Parse, jax.Array]:
@@ -188,9 +194,9 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
         those nodes are skipped)."""
         start = starts[c]
         parent = jax.lax.dynamic_slice(parent_of, (start,), (lanes,))
-        root = (parent < 0)[:, None, None]
+        root = (parent < 0).reshape((lanes,) + (1,) * fresh.packed.ndim)
         lane = _Parse(jnp.where(root, fresh.packed, nodes.packed[jnp.maximum(parent, 0)]))
-        inside = (jax.lax.dynamic_slice(chunk_of, (start,), (lanes,)) == c)[:, None]
+        inside = (jax.lax.dynamic_slice(chunk_of, (start,), (lanes,)) == c).reshape(root.shape[:-1])
         ok = inside & lane.ok & (root[..., 0] | (lane.pos == 1))
         return _parse(lane.stack, lane.height, lane.top, 0, ok, lane.overflow), jax.lax.dynamic_slice(column_of, (start,), (lanes,))
 
@@ -213,13 +219,13 @@ def _verdicts(cg, lr: LRActions, stack, depth, lexer):
     whether the output is complete (EOS allowed); and bool[], whether an outcome was refused
     for lack of stack depth."""
     nodes = _walk_trie(cg, lr, stack, depth, lexer)
-    accepted = _accepted(nodes)
+    accepted = _accepted(lr, nodes)
     node, lookahead = cg.outcome_node[lexer], cg.outcome_lookahead[lexer]
     terminals_ok = (node < 0) | accepted[jnp.maximum(node, 0)]
     lookahead_ok = ((lookahead >= 0) & accepted[jnp.maximum(lookahead, 0)]).any(axis=1)
     used = cg.outcome_lexer[lexer] >= 0
     valid = used & terminals_ok & (cg.outcome_free[lexer] | lookahead_ok)
-    overflowed = _overflowed(nodes)
+    overflowed = _overflowed(lr, nodes)
     node_overflow = (node >= 0) & overflowed[jnp.maximum(node, 0)]
     lookahead_overflow = ((lookahead >= 0) & overflowed[jnp.maximum(lookahead, 0)]).any(axis=1)
     blocked = (used & ~valid & (node_overflow | lookahead_overflow)).any()

@@ -225,10 +225,12 @@ def compile_in_pieces(rules: Rules, vocab: Vocabulary, max_terminal: int, **opti
     """The pushdown engine over the rules of a language without recursion, its pieces split into
     terminals of about ``max_terminal`` NFA states, whose estimates together must fit the budget.
     Pieces split finely can make LR conflicts that larger terminals avoid (runs of optional
-    whitespace, say): coarser ones are tried, then whole ones."""
+    whitespace, say): coarser ones are tried, then whole ones (which fork where they conflict)."""
     for limit in (max_terminal, 16 * max_terminal):
         try:
-            return compile_grammar(to_grammar(rules, set(), max_terminal=limit, charge_total=True, compiling=True), vocab, forks=False, **options)
+            return compile_grammar(
+                to_grammar(rules, set(), max_terminal=limit, charge_total=True, compiling=True), vocab, forks=False, **options
+            )
         except ConflictError:
             pass
     return compile_grammar(to_grammar(rules, set(), charge_total=True, compiling=True), vocab, **options)
