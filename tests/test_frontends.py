@@ -19,6 +19,7 @@ from lark import Lark
 from lark.exceptions import LarkError
 
 from ananke_jax import GrammarError
+from ananke_jax._src.compile.lexer import without_empty_terminals
 from ananke_jax._src.compile.lr import lr_tables
 from ananke_jax._src.compile.regex import regex_to_dfa
 from ananke_jax._src.frontends import gbnf_to_ir, lark_to_ir
@@ -122,8 +123,15 @@ def test_grammar_file_builds(oracles):
     assert str(grammar).startswith(f"{grammar.start} ::= ")
 
 
-def test_grammar_file_is_lalr1(oracles):
-    lr_tables(oracles.grammar)  # raises, naming the rules, on a conflict
+def test_grammar_file_is_lalr1_unless_it_is_meant_to_fork(oracles):
+    """Every grammar file but calculator.gbnf is LALR(1); that one's optional spaces conflict."""
+    grammar, _ = without_empty_terminals(oracles.grammar)  # as the compiler sees it: `ws` nullable
+    if oracles.filename == "calculator.gbnf":
+        with pytest.raises(GrammarError, match=r"shift/reduce conflict before terminal"):
+            lr_tables(grammar)
+        assert lr_tables(grammar, max_actions=4).action_kind.shape[2] == 2
+    else:
+        lr_tables(grammar)  # raises, naming the rules, on a conflict
 
 
 def test_examples_accepted(oracles):

@@ -22,7 +22,7 @@ CASES = [
     if not (name == "sql_select.lark" and vocab == "tekken")
 ]
 # The fast tier compiles these with the 32k vocabulary; every other case is in the slow tier.
-FAST_CASES = {("arithmetic.lark", "sentencepiece"), ("json.gbnf", "sentencepiece")}
+FAST_CASES = {("arithmetic.lark", "sentencepiece"), ("calculator.gbnf", "sentencepiece"), ("json.gbnf", "sentencepiece")}
 
 
 @functools.cache

@@ -2,6 +2,7 @@
 admission compiles nothing, identical tables are stored once, space is freed and reused, and
 bad input gets a clear error."""
 
+import dataclasses
 import functools
 import json
 import pathlib
@@ -180,6 +181,20 @@ def test_capacity_errors_name_the_axis_and_both_sizes(sentencepiece_vocab):
         pool.add(aj.compile_gbnf((GRAMMARS / "json.gbnf").read_text(), vocab, stack_depth=8))
     # A failed admission changed nothing.
     assert len(pool) == 2
+
+
+def test_grammars_whose_lr_tables_conflict_need_a_pool_that_forks(sentencepiece_vocab):
+    """A pool with one LR action a cell refuses a grammar with conflicts, naming the axis; one
+    with two admits it beside LALR(1) members, and its masks equal each grammar's own."""
+    vocab = sentencepiece_vocab
+    forking = aj.compile_gbnf((GRAMMARS / "calculator.gbnf").read_text(), vocab)
+    with pytest.raises(PoolCapacityError, match=r"needs 2 LR actions a cell, but the pool holds at most 1") as e:
+        _pool(vocab).add(forking)
+    assert e.value.permanent
+    pool = _pool(vocab, dataclasses.replace(TINY, lr_actions=2, outcomes_per_state=256, trie_nodes=512))
+    members = [forking, aj.compile_lark((GRAMMARS / "arithmetic.lark").read_text(), vocab)]
+    for seed, grammar in enumerate(members):
+        _walk_equal(pool, pool.add(grammar), grammar, vocab, np.random.default_rng(seed))
 
 
 def test_bad_members_are_refused(sentencepiece_vocab):

@@ -162,6 +162,43 @@ def test_where_the_lr_tables_conflict_parses_fork_and_masks_match_earley(g, fork
     assert random_walk_check(cg, SharedEarley(g), vocab, rng, walks=30, steps=steps)[0] >= 100
 
 
+def test_forking_grammar_under_scan_vmap_and_jit_matches_the_step_by_step_walk():
+    """The dangling else under one jitted `lax.scan` per walk, vmapped over walks, traced once:
+    every state's mask and acceptance equal the step-by-step ones, forks included."""
+    rng = np.random.default_rng(3)
+    vocab = aj.Vocabulary.from_tokens(_character_tokens(DANGLING_ELSE, rng, 20), eos_token_ids=[0])
+    cg = compile_ir(DANGLING_ELSE, vocab)
+    walks = []
+    for _ in range(4):  # random walks of allowed tokens, one state at a time
+        state, tokens = cg.init_state(), []
+        for _ in range(6):
+            allowed = np.flatnonzero(unpack(_mask(cg, state))[1 : len(vocab)]) + 1
+            tokens.append(int(rng.choice(allowed)) if allowed.size else 0)  # EOS once complete
+            state = _advance(cg, state, tokens[-1])
+        walks.append(tokens)
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def scan_walks(cg, tokens):
+        def walk(tokens):
+            def body(state, token):
+                return aj.advance(cg, state, token), (aj.token_mask(cg, state), aj.accepts(cg, state), state.live.sum())
+
+            return jax.lax.scan(body, cg.init_state(), tokens)[1]
+
+        return jax.vmap(walk)(tokens)
+
+    masks, accepts, live = scan_walks(cg, jnp.asarray(walks, jnp.int32))
+    scan_walks(cg, jnp.asarray(walks[::-1], jnp.int32))  # new tokens, same trace
+    assert int(live.max()) >= 2, "some walk forks"
+    for i, tokens in enumerate(walks):
+        state = cg.init_state()
+        for j, token in enumerate(tokens):
+            np.testing.assert_array_equal(masks[i, j], _mask(cg, state))
+            assert bool(accepts[i, j]) == bool(_accepts(cg, state))
+            state = _advance(cg, state, token)
+
+
 def test_a_grammar_without_conflicts_never_forks():
     """LALR(1) tables hold one action a cell: the step is the deterministic one."""
     vocab = aj.Vocabulary.from_tokens(ARITHMETIC_TOKENS, eos_token_ids=[0])
