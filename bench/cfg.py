@@ -1,8 +1,8 @@
 """Context-free grammars: per-token mask + advance, compile time and table bytes, side by side
 with XGrammar and llguidance (when installed) on the same token walk.
 
-The walk is the longest example output (grammars/examples.json) of the JSON and C grammars in
-grammars/, tokenised by each real vocabulary's own tokenizer. ananke_jax is timed the way it is
+The walk is the longest example output (grammars/examples.json) of the JSON, C and calculator
+grammars in grammars/ (the calculator's LR tables conflict: its parse forks), tokenised by each real vocabulary's own tokenizer. ananke_jax is timed the way it is
 used, inside one jitted `lax.scan` over the tokens ("scan"), and also per call from the host
 through `aj.Matcher` (fill the bitmask, accept the token: "call"), as a server with its own loop
 would; the peers are timed per call (their only mode). Our scans and llguidance's walks are
@@ -42,7 +42,7 @@ from harness import (
     xgrammar_walk,
 )
 
-GRAMMARS = ["json.gbnf", "c_subset.gbnf"]
+GRAMMARS = ["json.gbnf", "c_subset.gbnf", "calculator.gbnf"]  # the last one forks: its LR tables conflict
 
 
 def xgrammar_run(text: str | None, vocab, tokens: list[int]) -> tuple[float, float]:
@@ -101,7 +101,7 @@ def measure(text: str, vocab, encode, tokens: list[int], repeats: int, json: boo
     return m
 
 
-GRAMMAR_NAMES = {"json.gbnf": "JSON", "c_subset.gbnf": "C"}
+GRAMMAR_NAMES = {"json.gbnf": "JSON", "c_subset.gbnf": "C", "calculator.gbnf": "calculator, forking"}
 PEER_NAMES = {"llguidance": "llguidance", "xgrammar": "XGrammar", "xgrammar builtin": "XGrammar's builtin JSON grammar"}
 PEERS = tuple(PEER_NAMES)
 
