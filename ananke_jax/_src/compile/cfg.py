@@ -33,6 +33,7 @@ from ananke_jax._src.compile.outcome_trie import Paths, outcome_tries
 from ananke_jax._src.compile.token_table import spell_tokens
 from ananke_jax._src.compile.token_trie import TokenGroups, TokenTrie, classes_of_hashes
 from ananke_jax._src.compile.unit_loops import UnitLoops, expand_unit_loops, loop_columns
+from ananke_jax._src.engines.lr import fork_width
 from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar, TerminalDef
@@ -599,7 +600,11 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     completions = [[[end]] if q == lexer.start else [] for q in range(lexer.num_states)]
     for q, i in zip(*np.nonzero(lexer.ends)):
         completions[q].append([int(t.lr_column[i]), end] if t.lr_column[i] >= 0 else [end])
-    tries = outcome_tries(t.state_outcomes, t.outcome_terminals, t.outcome_length, t.outcome_lexer, pending, pending_free, completions)
+    # A chunk steps lanes x forks simulations at once: forking tables take fewer lanes.
+    max_lanes = max(1, 32 // fork_width(lr.action_kind.shape[2], max_configs))
+    tries = outcome_tries(
+        t.state_outcomes, t.outcome_terminals, t.outcome_length, t.outcome_lexer, pending, pending_free, completions, max_lanes=max_lanes
+    )
     words = -(-vocab.logits_width // 32)
     eos_bits = np.zeros(vocab.logits_width, bool)
     eos_bits[list(vocab.eos_token_ids)] = True

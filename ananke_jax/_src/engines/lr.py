@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 MAX_RULE_LENGTH = 1023  # the symbols of one alternative: an LR action packs them in 10 bits
 ERROR, SHIFT, REDUCE, ACCEPT = 0, 1, 2, 3  # the kinds of LR action in `PushdownGrammar.action_kind`
@@ -79,21 +80,38 @@ def _fresh(lr: LRActions, stack, depth) -> _Parse:
     return _Parse(one if lr.forks == 1 else jnp.concatenate([one[None], jnp.zeros((lr.forks - 1,) + one.shape, one.dtype)]))
 
 
-def _apply(lr: LRActions, entry, length, p: _Parse) -> _Parse:
-    """The action ``entry`` (packed, int32[]) on one parse (int32[D + 4]) while ``pos < length``
-    (a no-op once the input is used up or rejected): a shift or accept consumes a terminal, a
-    reduction pops and pushes a goto."""
+class _Move(NamedTuple):
+    """What one action does to a parse, its stack write apart: ``pushed`` goes at index ``at``
+    where ``write``; then the parse's fields (all int32/bool[...])."""
+
+    at: jax.Array
+    pushed: jax.Array
+    write: jax.Array
+    height: jax.Array
+    top: jax.Array
+    pos: jax.Array
+    ok: jax.Array
+    overflow: jax.Array
+
+
+def _move(lr: LRActions, entry, length, p, below_of) -> _Move:
+    """The action ``entry`` (packed) on a parse with fields ``p`` (a `_Parse` or anything with its
+    fields, broadcast against ``entry``) while ``pos < length`` (a no-op once the input is used
+    up or rejected): a shift or accept consumes a terminal, a reduction pops and pushes a goto.
+    ``below_of(i)`` reads the stack at indices ``i`` (shaped as ``entry``)."""
     active = p.ok & (p.pos < length)
     kind, popped, arg = entry & 3, jnp.right_shift(entry, 2) & MAX_RULE_LENGTH, jnp.right_shift(entry, 12)
     is_shift, is_accept = kind == SHIFT, kind == ACCEPT
     push = is_shift | (kind == REDUCE)
-    height = p.height - popped
-    pushed = jnp.where(is_shift, arg, lr.goto[p.stack[jnp.maximum(height - 1, 0)], arg])
-    full = push & (height >= p.stack.shape[0])
+    at = p.height - popped
+    pushed = jnp.where(is_shift, arg, lr.goto[below_of(jnp.maximum(at - 1, 0)), arg])
+    full = push & (at >= p.stack.shape[-1])
     write = active & push & ~full
-    return _parse(
-        stack=jnp.where(write & (jnp.arange(p.stack.shape[0]) == height), pushed, p.stack),
-        height=jnp.where(active, height + write, p.height),
+    return _Move(
+        at=at,
+        pushed=pushed,
+        write=write,
+        height=jnp.where(active, at + write, p.height),
         top=jnp.where(write, pushed, p.top),
         pos=p.pos + (active & (is_shift | is_accept)),
         ok=p.ok & ~(active & (full | ~(push | is_accept))),
@@ -101,11 +119,58 @@ def _apply(lr: LRActions, entry, length, p: _Parse) -> _Parse:
     )
 
 
-def _same(p: _Parse) -> jax.Array:
-    """bool[N, N]: which of the parses ``p`` (int32[N, D + 4]) are the same simulation state."""
-    below = jnp.arange(p.stack.shape[-1])[None, :] < p.height[:, None]
-    stacks = ((p.stack[:, None, :] == p.stack[None, :, :]) | ~below[:, None, :]).all(axis=2)
-    return stacks & (p.height[:, None] == p.height[None, :]) & (p.pos[:, None] == p.pos[None, :])
+def _apply(lr: LRActions, entry, length, p: _Parse) -> _Parse:
+    """The action ``entry`` (packed, int32[]) on one parse (int32[D + 4]): see `_move`."""
+    m = _move(lr, entry, length, p, lambda i: p.stack[i])
+    stack = jnp.where(m.write & (jnp.arange(p.stack.shape[0]) == m.at), m.pushed, p.stack)
+    return _parse(stack, m.height, m.top, m.pos, m.ok, m.overflow)
+
+
+def _fingerprints(p: _Parse, cut) -> jax.Array:
+    """int32[F, A, 2]: two random linear hashes (wrapping) of each fork's stack below each height
+    ``cut`` (int32[F, A]): of ``stack[f, :cut[f, a]]``. A write at the cut extends them."""
+    depth = p.stack.shape[-1]
+    terms = (p.stack + 1)[:, :, None] * _fingerprint_weights(depth)[None, :-1]  # [F, D, 2]
+    below = (jnp.arange(depth)[None, None, :] < cut[:, :, None]).astype(jnp.int32)  # [F, A, D]
+    return jnp.einsum("fad,fdk->fak", below, terms)
+
+
+def _fingerprint_weights(depth: int) -> jax.Array:
+    """int32[D + 1, 2]: odd random weights, fixed (the same in every process)."""
+    return jnp.asarray(np.random.default_rng(0).integers(1, 2**31, size=(depth + 1, 2)) | 1, jnp.int32)
+
+
+def _fork_act(lr: LRActions, column, length, p: _Parse) -> _Parse:
+    """`_act` where cells conflict: every action of each fork's cell (``p``: int32[F, D + 4]).
+
+    Candidates are compared by height, top state, position and two 32-bit fingerprints of the
+    stack (comparing whole stacks pairwise cost most of a step): distinct stacks pass for one
+    with a chance near 2^-64, and then a fork is dropped, refusing a continuation, never
+    allowing one. Only the F kept candidates get their stacks written."""
+    forks = p.packed.shape[0]
+    entries = lr.action[p.top, column]  # [F, A]
+    fields = _Parse(p.packed[:, None, :])  # broadcast against [F, A]
+    m = _move(lr, entries, length, fields, lambda i: jnp.take_along_axis(p.stack, i, axis=1))
+    prints = _fingerprints(p, jnp.where(m.write, m.at, m.height)) + jnp.where(
+        m.write[:, :, None], (m.pushed + 1)[:, :, None] * _fingerprint_weights(p.stack.shape[-1])[m.at], 0
+    )
+    primary = (jnp.arange(entries.shape[1]) == 0)[None, :]
+    taken = m.ok & (primary | (((entries & 3) != ERROR) & _running(p, length)[:, None]))
+    # Primary actions first: candidate a * F + f is fork f's action a.
+    flat = lambda x: jnp.swapaxes(x, 0, 1).reshape((-1,) + x.shape[2:])
+    keys = flat(jnp.concatenate([prints, jnp.stack([m.height, m.top, m.pos], axis=-1)], axis=-1))
+    taken = flat(taken)
+    earlier = jnp.tril(jnp.ones((taken.shape[0],) * 2, jnp.bool_), k=-1)
+    same = (keys[:, None, :] == keys[None, :, :]).all(axis=2)
+    first = taken & ~(same & earlier & taken[None, :]).any(axis=1)
+    # Fork j is the j-th first-seen candidate (gathered: a scatter is slow on CPUs).
+    chosen = first[None, :] & ((jnp.cumsum(first) - 1)[None, :] == jnp.arange(forks)[:, None])  # [F, A * F]
+    pick, kept = jnp.argmax(chosen, axis=1), chosen.any(axis=1)
+    move = jax.tree_util.tree_map(lambda x: flat(x)[pick], m)
+    source = p.stack[pick % forks]
+    stack = jnp.where(move.write[:, None] & (jnp.arange(p.stack.shape[-1])[None, :] == move.at[:, None]), move.pushed[:, None], source)
+    dropped = (first.sum() > forks) | flat(m.overflow).any()
+    return _parse(stack, move.height, move.top, move.pos, kept & move.ok, dropped)
 
 
 def _act(lr: LRActions, column, length, p: _Parse) -> _Parse:
@@ -115,18 +180,7 @@ def _act(lr: LRActions, column, length, p: _Parse) -> _Parse:
     are dropped with `_OVERFLOW` on the simulation."""
     if lr.forks == 1:  # static: tables without conflicts never fork (and have no fork axis)
         return _apply(lr, lr.action[p.top, column, 0], length, p)
-    entries, forks = lr.action[p.top, column].T, p.packed.shape[0]  # [A, F]: every action of each fork's cell
-    made = jax.vmap(jax.vmap(lambda e, q: _apply(lr, e, length, _Parse(q)).packed), in_axes=(0, None))(entries, p.packed)
-    made = _Parse(made)
-    primary = (jnp.arange(entries.shape[0]) == 0)[:, None]
-    taken = made.ok & (primary | (((entries & 3) != ERROR) & _running(p, length)[None, :]))
-    made, taken = _Parse(made.packed.reshape(-1, made.packed.shape[-1])), taken.reshape(-1)
-    earlier = jnp.tril(jnp.ones((taken.shape[0],) * 2, jnp.bool_), k=-1)
-    first = taken & ~(_same(made) & earlier & taken[None, :]).any(axis=1)
-    position = jnp.where(first, jnp.cumsum(first) - 1, forks)
-    kept = jnp.zeros_like(p.packed).at[position].set(made.packed, mode="drop")
-    dropped = (first.sum() > forks) | made.overflow.any()
-    return _Parse(kept.at[:, -1].set(kept[:, -1] | jnp.where(dropped, _OVERFLOW, 0)))
+    return _fork_act(lr, column, length, p)
 
 
 def _any_fork(lr: LRActions, x):
@@ -180,13 +234,12 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
     chunks, starts = cg.num_chunks[lexer], cg.chunk_start[lexer]
     act = jax.vmap(lambda col, p: _act(lr, col, 1, p))
 
-    def next_chunk(c, nodes: _Parse):
+    def next_chunk(c, reached):
         """The first chunk after ``c`` with a node whose parent was accepted, is the root or
-        overflowed (which its descendants must inherit): the chunks in between have only
-        refused nodes."""
-        parent = jnp.maximum(parent_of, 0)
-        reached = (parent_of < 0) | _accepted(lr, nodes)[parent] | _overflowed(lr, nodes)[parent]
-        return jnp.where(reached & (chunk_of > c), chunk_of, chunks).min()
+        overflowed (which its descendants must inherit; ``reached``: bool[N], per node): the
+        chunks in between have only refused nodes."""
+        going = (parent_of < 0) | reached[jnp.maximum(parent_of, 0)]
+        return jnp.where(going & (chunk_of > c), chunk_of, chunks).min()
 
     def load(c, nodes: _Parse) -> tuple[_Parse, jax.Array]:
         """The lanes of chunk ``c``, each starting from its parent's forks that took its
@@ -202,15 +255,17 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
 
     def run_chunk(carry):
         """Load chunk ``c``, run its lanes to the end of their terminal, store them, move on."""
-        c, nodes = carry
+        c, nodes, reached = carry
         lane, column = load(c, nodes)
         lane = _run(lambda x: act(column, x), lane, 1, limit)
         nodes = _Parse(jax.lax.dynamic_update_slice_in_dim(nodes.packed, lane.packed, starts[c], 0))
-        return next_chunk(c, nodes), nodes
+        reached = jax.lax.dynamic_update_slice_in_dim(reached, _accepted(lr, lane) | _overflowed(lr, lane), starts[c], 0)
+        return next_chunk(c, reached), nodes, reached
 
     nodes = _Parse(jnp.zeros(parent_of.shape + fresh.packed.shape, jnp.int32))
     limit = cg.stack_depth + 2  # actions for one terminal: the reductions, then a shift
-    return jax.lax.while_loop(lambda c: c[0] < chunks, run_chunk, (jnp.int32(0), nodes))[1]
+    init = (jnp.int32(0), nodes, jnp.zeros(parent_of.shape, jnp.bool_))
+    return jax.lax.while_loop(lambda c: c[0] < chunks, run_chunk, init)[1]
 
 
 def _verdicts(cg, lr: LRActions, stack, depth, lexer):
