@@ -234,12 +234,13 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
     chunks, starts = cg.num_chunks[lexer], cg.chunk_start[lexer]
     act = jax.vmap(lambda col, p: _act(lr, col, 1, p))
 
-    def next_chunk(c, reached):
+    def next_chunk(c, nodes: _Parse):
         """The first chunk after ``c`` with a node whose parent was accepted, is the root or
-        overflowed (which its descendants must inherit; ``reached``: bool[N], per node): the
-        chunks in between have only refused nodes."""
-        going = (parent_of < 0) | reached[jnp.maximum(parent_of, 0)]
-        return jnp.where(going & (chunk_of > c), chunk_of, chunks).min()
+        overflowed (which its descendants must inherit): the chunks in between have only
+        refused nodes."""
+        parent = jnp.maximum(parent_of, 0)
+        reached = (parent_of < 0) | _accepted(lr, nodes)[parent] | _overflowed(lr, nodes)[parent]
+        return jnp.where(reached & (chunk_of > c), chunk_of, chunks).min()
 
     def load(c, nodes: _Parse) -> tuple[_Parse, jax.Array]:
         """The lanes of chunk ``c``, each starting from its parent's forks that took its
@@ -255,17 +256,15 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
 
     def run_chunk(carry):
         """Load chunk ``c``, run its lanes to the end of their terminal, store them, move on."""
-        c, nodes, reached = carry
+        c, nodes = carry
         lane, column = load(c, nodes)
         lane = _run(lambda x: act(column, x), lane, 1, limit)
         nodes = _Parse(jax.lax.dynamic_update_slice_in_dim(nodes.packed, lane.packed, starts[c], 0))
-        reached = jax.lax.dynamic_update_slice_in_dim(reached, _accepted(lr, lane) | _overflowed(lr, lane), starts[c], 0)
-        return next_chunk(c, reached), nodes, reached
+        return next_chunk(c, nodes), nodes
 
     nodes = _Parse(jnp.zeros(parent_of.shape + fresh.packed.shape, jnp.int32))
     limit = cg.stack_depth + 2  # actions for one terminal: the reductions, then a shift
-    init = (jnp.int32(0), nodes, jnp.zeros(parent_of.shape, jnp.bool_))
-    return jax.lax.while_loop(lambda c: c[0] < chunks, run_chunk, init)[1]
+    return jax.lax.while_loop(lambda c: c[0] < chunks, run_chunk, (jnp.int32(0), nodes))[1]
 
 
 def _verdicts(cg, lr: LRActions, stack, depth, lexer):
