@@ -29,7 +29,7 @@ from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc, row_gro
 from ananke_jax._src.compile.budget import charge_bytes, charge_states, check_time
 from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
-from ananke_jax._src.compile.outcome_trie import Paths, outcome_tries
+from ananke_jax._src.compile.outcome_trie import MAX_LANES, Paths, outcome_tries
 from ananke_jax._src.compile.token_table import spell_tokens
 from ananke_jax._src.compile.token_trie import TokenGroups, TokenTrie, classes_of_hashes
 from ananke_jax._src.compile.unit_loops import UnitLoops, expand_unit_loops, loop_columns
@@ -601,7 +601,7 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     for q, i in zip(*np.nonzero(lexer.ends)):
         completions[q].append([int(t.lr_column[i]), end] if t.lr_column[i] >= 0 else [end])
     # A chunk steps lanes x forks simulations at once: forking tables take fewer lanes.
-    max_lanes = max(1, 32 // fork_width(lr.action_kind.shape[2], max_configs))
+    max_lanes = max(1, MAX_LANES // fork_width(lr.action_kind.shape[2], max_configs))
     tries = outcome_tries(
         t.state_outcomes, t.outcome_terminals, t.outcome_length, t.outcome_lexer, pending, pending_free, completions, max_lanes=max_lanes
     )

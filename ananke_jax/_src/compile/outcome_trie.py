@@ -18,6 +18,8 @@ import numpy as np
 from ananke_jax._src.compile.arrays import concatenated_ranges, padded_groups, sorted_unique, stack_padded, unique_first_inverse
 from ananke_jax._src.compile.budget import check_time
 
+MAX_LANES = 32  # the most simulations a trie chunk steps at once
+
 
 @dataclasses.dataclass(frozen=True)
 class OutcomeTries:
@@ -98,7 +100,7 @@ def outcome_tries(
     pending: np.ndarray,
     pending_free: np.ndarray,
     completions: list[list[list[int]]],
-    max_lanes: int = 32,
+    max_lanes: int = MAX_LANES,
 ) -> OutcomeTries:
     """Build the tries.
 

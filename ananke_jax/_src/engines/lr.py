@@ -69,9 +69,8 @@ class _Parse(NamedTuple):
 def _parse(stack, height, top, pos, ok, overflow) -> _Parse:
     """Pack the fields of a `_Parse` (``stack`` int32[..., D], the others broadcastable to [...])."""
     flags = jnp.where(ok, _OK, 0) | jnp.where(overflow, _OVERFLOW, 0)
-    fields = jnp.broadcast_arrays(height, top, pos, flags)
-    stack = jnp.broadcast_to(stack, fields[0].shape + stack.shape[-1:])
-    return _Parse(jnp.concatenate([stack, jnp.stack(fields, axis=-1).astype(jnp.int32)], axis=-1))
+    fields = jnp.stack(jnp.broadcast_arrays(height, top, pos, flags), axis=-1).astype(jnp.int32)
+    return _Parse(jnp.concatenate([stack, fields], axis=-1))
 
 
 def _fresh(lr: LRActions, stack, depth) -> _Parse:
@@ -126,18 +125,14 @@ def _apply(lr: LRActions, entry, length, p: _Parse) -> _Parse:
     return _parse(stack, m.height, m.top, m.pos, m.ok, m.overflow)
 
 
-def _fingerprints(p: _Parse, cut) -> jax.Array:
-    """int32[F, A, 2]: two random linear hashes (wrapping) of each fork's stack below each height
-    ``cut`` (int32[F, A]): of ``stack[f, :cut[f, a]]``. A write at the cut extends them."""
+def _fingerprints(p: _Parse, cut, weights) -> jax.Array:
+    """int32[F, A, 2]: two random linear hashes (wrapping, ``weights`` int32[D + 1, 2]) of each
+    fork's stack below each height ``cut`` (int32[F, A]): of ``stack[f, :cut[f, a]]``. A write
+    at the cut adds its term."""
     depth = p.stack.shape[-1]
-    terms = (p.stack + 1)[:, :, None] * _fingerprint_weights(depth)[None, :-1]  # [F, D, 2]
+    terms = (p.stack + 1)[:, :, None] * weights[None, :-1]  # [F, D, 2]
     below = (jnp.arange(depth)[None, None, :] < cut[:, :, None]).astype(jnp.int32)  # [F, A, D]
     return jnp.einsum("fad,fdk->fak", below, terms)
-
-
-def _fingerprint_weights(depth: int) -> jax.Array:
-    """int32[D + 1, 2]: odd random weights, fixed (the same in every process)."""
-    return jnp.asarray(np.random.default_rng(0).integers(1, 2**31, size=(depth + 1, 2)) | 1, jnp.int32)
 
 
 def _fork_act(lr: LRActions, column, length, p: _Parse) -> _Parse:
@@ -151,9 +146,10 @@ def _fork_act(lr: LRActions, column, length, p: _Parse) -> _Parse:
     entries = lr.action[p.top, column]  # [F, A]
     fields = _Parse(p.packed[:, None, :])  # broadcast against [F, A]
     m = _move(lr, entries, length, fields, lambda i: jnp.take_along_axis(p.stack, i, axis=1))
-    prints = _fingerprints(p, jnp.where(m.write, m.at, m.height)) + jnp.where(
-        m.write[:, :, None], (m.pushed + 1)[:, :, None] * _fingerprint_weights(p.stack.shape[-1])[m.at], 0
-    )
+    # Odd random weights, the same in every process (fixed at trace time).
+    weights = jnp.asarray(np.random.default_rng(0).integers(1, 2**31, size=(p.stack.shape[-1] + 1, 2)) | 1, jnp.int32)
+    prints = _fingerprints(p, jnp.where(m.write, m.at, m.height), weights)
+    prints = prints + jnp.where(m.write[:, :, None], (m.pushed + 1)[:, :, None] * weights[m.at], 0)
     primary = (jnp.arange(entries.shape[1]) == 0)[None, :]
     taken = m.ok & (primary | (((entries & 3) != ERROR) & _running(p, length)[:, None]))
     # Primary actions first: candidate a * F + f is fork f's action a.
