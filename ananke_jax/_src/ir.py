@@ -5,6 +5,11 @@ A terminal is a regex (Python syntax, full match, compiled to UTF-8 byte automat
 empty string. The language is the context-free language of the rules, with the terminals
 substituted by their regular languages; no lexer priorities apply. Terminals listed in
 ``ignore`` may appear any number of times between two terminals (Lark's ``%ignore``).
+
+``lexer="lark"`` reads the text the way Lark's contextual lexer does instead: after each terminal
+only the terminals the parser can take there (and the ignored ones) are matched, a lexeme is as
+long as one of them can continue it, and of the terminals matching it the one of highest
+``precedence`` is taken (`compile.lark_lexer`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import dataclasses
 from collections.abc import Iterable
 
 from ananke_jax._src.errors import GrammarError
+
+LEXERS = ("context_free", "lark")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +37,7 @@ class TerminalDef:
     regex: str
     dfa: object = dataclasses.field(default=None, compare=False, repr=False)
     units: object = dataclasses.field(default=None, compare=False, repr=False)
+    precedence: int = 0  # with lexer="lark": of the terminals matching a lexeme, the highest wins
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +56,7 @@ class Grammar:
     terminals: tuple[TerminalDef, ...]
     start: str
     ignore: tuple[str, ...] = ()
+    lexer: str = "context_free"  # or "lark" (see the module docstring)
 
     @property
     def terminal_names(self) -> frozenset[str]:
@@ -66,9 +75,11 @@ class Grammar:
 
         Raises:
           GrammarError: duplicate terminal names, names both a rule and a terminal, undefined
-            symbols, an undefined start or ignored terminal, unused rules or terminals, or rules
+            symbols, an unknown lexer, an undefined start or ignored terminal, unused rules or terminals, or rules
             that derive no string (an empty language when it is the start rule).
         """
+        if self.lexer not in LEXERS:
+            raise GrammarError(f"lexer must be one of {', '.join(map(repr, LEXERS))}, got {self.lexer!r}")
         names = collections.Counter(t.name for t in self.terminals)
         duplicates = sorted(n for n, count in names.items() if count > 1)
         if duplicates:

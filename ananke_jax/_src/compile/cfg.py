@@ -27,6 +27,7 @@ from ananke_jax._src.compile.arrays import (
 )
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc, row_groups
 from ananke_jax._src.compile.budget import charge_bytes, charge_states, check_time
+from ananke_jax._src.compile.lark_lexer import NO_CUT, contextual_lexing
 from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import MAX_LANES, Paths, outcome_tries
@@ -53,7 +54,7 @@ class CFGTables:
     Attributes:
       lexer: the terminals' product automaton.
       lr: the LALR(1) tables.
-      lr_column: int32[n], the LR column of each lexer terminal (-1 for ignored terminals).
+      column_terminal: int32[T], the lexer terminal of each LR column (-1: the end of input).
       outcome_terminals: int32[O, M], the LR columns an outcome completes (padded with -1).
       outcome_length: int32[O].
       outcome_lexer: int32[O], the lexer state after the token.
@@ -67,7 +68,7 @@ class CFGTables:
 
     lexer: Lexer
     lr: LRTables
-    lr_column: np.ndarray
+    column_terminal: np.ndarray
     outcome_terminals: np.ndarray
     outcome_length: np.ndarray
     outcome_lexer: np.ndarray
@@ -86,14 +87,23 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
     """
     grammar, dfas = without_empty_terminals(grammar.validate())
     lr = lr_tables(grammar, max_actions=max_actions)
-    column = {name: j for j, name in enumerate(lr.terminals)}
-    lr_column = np.array([column.get(t.name, -1) if t.name not in grammar.ignore else -1 for t in grammar.terminals], np.int32)
     begins, follow = terminal_follow(grammar, lr.terminals)
-    start_begins, start_of_context = _lexer_starts(lr_column, begins, follow)
-    lexer, loops = _lexer_with_loops(grammar.terminals, dfas, start_begins)
+    if grammar.lexer == "lark":
+        lexing = contextual_lexing(grammar, dfas, lr, follow)
+        lr, lexer, loops, column_terminal = lexing.lr, lexing.lexer, None, lexing.column_terminal
+        cuts = _Cuts(
+            lexing.cut_columns, lexing.follow, lexing.column_start, np.ones((len(lr.terminals), lexer.num_states), bool), lexing.resume
+        )
+    else:
+        column = {name: j for j, name in enumerate(lr.terminals)}
+        lr_column = np.array([-1 if t.name in grammar.ignore else column[t.name] for t in grammar.terminals], np.int32)
+        column_terminal = np.append(np.flatnonzero(lr_column >= 0), -1)
+        start_begins, start_of_context = _lexer_starts(lr_column, begins, follow)
+        lexer, loops = _lexer_with_loops(grammar.terminals, dfas, start_begins)
+        cuts = _cuts(lexer, lr_column, follow, lexer.starts[start_of_context])
 
     def walk(transitions, trie, sources):
-        return _walk_outcomes(lexer, transitions, trie, lr_column, follow, lexer.starts[start_of_context], sources, lr.terminals)
+        return _walk_outcomes(lexer, transitions, trie, cuts, sources, lr.terminals)
 
     spelled = spell_tokens(lexer.transitions, vocab)
     # Later starts are never between tokens; loops' states get their outcomes per vocabulary.
@@ -143,7 +153,7 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
     return CFGTables(
         lexer=lexer,
         lr=lr,
-        lr_column=lr_column,
+        column_terminal=column_terminal.astype(np.int32),
         outcome_terminals=terminals,
         outcome_length=lengths,
         outcome_lexer=lexer_after,
@@ -315,24 +325,48 @@ def _lexer_starts(lr_column: np.ndarray, begins: np.ndarray, follow: np.ndarray)
     return contexts[first[order]], rank[index.reshape(-1)]
 
 
-def _walk_outcomes(
-    lexer: Lexer,
-    transitions: np.ndarray,
-    trie: TokenTrie,
-    lr_column: np.ndarray,
-    follow: np.ndarray,
-    start_after: np.ndarray,
-    sources: np.ndarray,
-    names: tuple[str, ...],
-):
+@dataclasses.dataclass(frozen=True)
+class _Cuts:
+    """Where `_walk_outcomes` may cut a terminal, and how lexing goes on after the cut.
+
+    Attributes:
+      columns: int32[Q, E], the LR columns a cut in each lexer state may emit (-1: an ignored
+        terminal), padded with ``NO_CUT``.
+      follow: bool[T, T], LR column b may come right after a.
+      start_after: int[T + 1], the lexer start after LR column a (at a + 1; at 0: no terminal
+        yet, or one the lexer state does not know).
+      may_start: bool[T + 1, Q], after LR column a (or none), lexer state p may still become a
+        terminal that can follow.
+      resume: int[Q], where lexing goes on after an ignored terminal cut in each state; None: as
+        after the last LR column cut. Given (``lexer="lark"``), cuts are also longest-match: only
+        before a byte the lexer cannot read on with.
+    """
+
+    columns: np.ndarray
+    follow: np.ndarray
+    start_after: np.ndarray
+    may_start: np.ndarray
+    resume: np.ndarray | None = None
+
+
+def _cuts(lexer: Lexer, lr_column: np.ndarray, follow: np.ndarray, start_after: np.ndarray) -> _Cuts:
+    """The cuts of the context-free reading: wherever a terminal ends, pruned by ``follow``."""
+    end_terminals = padded_groups(*np.nonzero(lexer.ends), lexer.num_states)
+    columns = np.where(end_terminals >= 0, lr_column[end_terminals], NO_CUT).astype(np.int32)
+    # A start that begins every terminal needs this pruning.
+    follow_lexer = np.where(lr_column >= 0, follow[:, np.maximum(lr_column, 0)], True)
+    may_start = np.concatenate([np.ones((1, lexer.num_states), bool), (lexer.alive[None, :, :] & follow_lexer[:, None, :]).any(axis=2)])
+    return _Cuts(columns, follow, start_after, may_start)
+
+
+def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, trie: TokenTrie, cuts: _Cuts, sources: np.ndarray, names: tuple[str, ...]):
     """All outcomes of every (lexer state in ``sources``, class string), by a breadth-first walk
     of ``trie`` (over the labels of ``transitions``: byte classes, or bytes).
 
     Cuts that put two terminals next to each other that never follow one another in the
-    grammar (``follow``, bool[T, T]) are pruned: no parse could take them, and without the
-    pruning, runs of identifier characters would split in exponentially many ways. After a cut
-    the lexer goes on from ``start_after`` (int[T + 1], see `_lexer_starts`), which begins only
-    the terminals that may follow.
+    grammar (``cuts.follow``) are pruned: no parse could take them, and without the pruning,
+    runs of identifier characters would split in exponentially many ways. After a cut the lexer
+    goes on from a start (`_Cuts`) that begins only the terminals that may follow.
 
     Raises:
       GrammarError: the token strings split into too many terminal sequences (``names``, the
@@ -345,16 +379,9 @@ def _walk_outcomes(
     """
     string_at = np.full(trie.num_nodes, -1, np.int64)
     string_at[trie.token_nodes] = trie.token_ids
-    ends = lexer.ends
-    start_rows = transitions[start_after]  # [T + 1, C]
-    # may_start[a + 1, p]: after LR column a (or -1: none yet), lexer state p may still become a
-    # terminal that can follow (a start that begins them all needs this pruning).
-    follow_lexer = np.where(lr_column >= 0, follow[:, np.maximum(lr_column, 0)], True)
-    may_start = np.concatenate([np.ones((1, lexer.num_states), bool), (lexer.alive[None, :, :] & follow_lexer[:, None, :]).any(axis=2)])
-    sequences = Paths(len(follow))  # the LR columns an outcome completes so far
+    start_rows = transitions[cuts.start_after]  # [T + 1, C]
+    sequences = Paths(len(cuts.follow))  # the LR columns an outcome completes so far
 
-    # The terminals each lexer state ends, padded with -1 (few per state).
-    end_terminals = padded_groups(*np.nonzero(ends), lexer.num_states)
     # Frontier rows (trie node, source state, lexer state, sequence) packed into sorted int64 keys,
     # the node most significant: the rows of one node are contiguous.
     q_bits = max(1, (lexer.num_states - 1).bit_length())
@@ -385,14 +412,19 @@ def _walk_outcomes(
             inside = child[alive] | kept[alive] | (cont[alive].astype(np.int64) << lex_shift)
             # ...or cut after a terminal that ends here and start the next one with this byte,
             # where the grammar lets the next terminal follow the one just cut.
-            pair, slot = np.nonzero(end_terminals[lex] >= 0)
-            column = lr_column[end_terminals[lex[pair], slot]]
+            ending = cuts.columns[lex] != NO_CUT
+            if cuts.resume is not None:
+                ending &= ~alive[:, None]
+            pair, slot = np.nonzero(ending)
+            column = cuts.columns[lex[pair], slot]
             seq = row[pair] & seq_mask
             last = np.asarray(sequences.column)[seq]
             new_last = np.where(column >= 0, column, last)
             cut = start_rows[new_last + 1, label[pair]]
-            fits = (cut != DEAD) & ((column < 0) | (last < 0) | follow[np.maximum(last, 0), np.maximum(column, 0)])
-            fits &= may_start[new_last + 1, cut]
+            if cuts.resume is not None:
+                cut = np.where(column >= 0, cut, transitions[cuts.resume[lex[pair]], label[pair]])
+            fits = (cut != DEAD) & ((column < 0) | (last < 0) | cuts.follow[np.maximum(last, 0), np.maximum(column, 0)])
+            fits &= cuts.may_start[new_last + 1, cut]
             pair, column, cut, seq = pair[fits], column[fits], cut[fits], seq[fits]
             extended = seq.copy()  # ignored terminals leave the sequence as it is
             extended[column >= 0] = sequences.child(seq[column >= 0], column[column >= 0])
@@ -590,16 +622,15 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     lexer, lr = t.lexer, t.lr
     columns, end = len(lr.terminals), len(lr.terminals) - 1
     pending = np.zeros((lexer.num_states, columns), bool)
-    for i, col in enumerate(t.lr_column):
-        if col >= 0:
-            pending[:, col] |= lexer.alive[:, i]
+    pending[:, :end] = lexer.alive[:, t.column_terminal[:end]]
+    ignored = ~np.isin(np.arange(len(lexer.terminals)), t.column_terminal)
     is_start = np.arange(lexer.num_states) == lexer.start
-    pending_free = is_start | (lexer.alive & (t.lr_column < 0)).any(axis=1)
+    pending_free = is_start | (lexer.alive & ignored).any(axis=1)
     # At EOS the output is complete when the terminal being read may end here and the parser
     # then takes the end of input (or nothing is being read).
     completions = [[[end]] if q == lexer.start else [] for q in range(lexer.num_states)]
     for q, i in zip(*np.nonzero(lexer.ends)):
-        completions[q].append([int(t.lr_column[i]), end] if t.lr_column[i] >= 0 else [end])
+        completions[q] += [[int(col), end] for col in np.flatnonzero(t.column_terminal == i)] if not ignored[i] else [[end]]
     # A chunk steps lanes x forks simulations at once: forking tables take fewer lanes.
     max_lanes = max(1, MAX_LANES // fork_width(lr.action_kind.shape[2], max_configs))
     tries = outcome_tries(

@@ -86,7 +86,7 @@ def without_empty_terminals(grammar: Grammar) -> tuple[Grammar, dict[str, ByteDF
         replace[t.name] = (optional,)
         optional_rules += [Rule(optional, ()), Rule(optional, (t.name,))]
     rules = [Rule(r.origin, tuple(x for s in r.expansion for x in replace.get(s, (s,)))) for r in grammar.rules]
-    return Grammar(tuple(rules + optional_rules), tuple(terminals), grammar.start, grammar.ignore), dfas
+    return dataclasses.replace(grammar, rules=tuple(rules + optional_rules), terminals=tuple(terminals)), dfas
 
 
 def _without_empty_string(dfa: ByteDFA) -> ByteDFA:

@@ -17,11 +17,15 @@ def grammar_to_ir(text: str):
     return gbnf_to_ir(text) if "::=" in text else lark_to_ir(text)
 
 
-def compile_lark(text: str, vocab: Vocabulary, *, start: str = "start", budget: CompileBudget | None = None, **options) -> PushdownGrammar:
-    """Compile a Lark grammar (read by lark's own loader; the language is the context-free
-    language of its rules, without lexer priorities). Options as in `compile_grammar`."""
+def compile_lark(
+    text: str, vocab: Vocabulary, *, start: str = "start", lexer: str = "context_free", budget: CompileBudget | None = None, **options
+) -> PushdownGrammar:
+    """Compile a Lark grammar (read by lark's own loader). With ``lexer="context_free"`` the
+    language is the context-free language of its rules, without lexer priorities; ``lexer="lark"``
+    lexes as Lark's LALR parser does (contextual, longest match, priorities: `lark_to_ir`).
+    Options as in `compile_grammar`."""
     with metered(budget):
-        return compile_grammar(lark_to_ir(text, start=start), vocab, **options)
+        return compile_grammar(lark_to_ir(text, start=start, lexer=lexer), vocab, **options)
 
 
 def compile_gbnf(text: str, vocab: Vocabulary, *, root: str = "root", budget: CompileBudget | None = None, **options) -> PushdownGrammar:

@@ -5,13 +5,23 @@ terminals into BNF rules; this module converts those rules and the terminal patt
 may be lark's internal ones (``__start_star_0``, ``_sep{NAME,COMMA}``); rules and terminals the
 start rule does not need are dropped; ``%ignore`` becomes the IR's ``ignore``.
 
-Semantics: the language is the context-free language of the rules, each terminal read as the set
-of whole strings its regex matches, with ignored terminals allowed between terminals. Lark's own
-lexers choose one tokenisation (terminal priorities, longest match, keywords before names, lazy
-quantifiers stopping early); here every tokenisation counts. So a keyword such as ``"select"`` is
-also a ``CNAME`` where the rules take one there, and two terminals need nothing between them
-(``SELECTa`` is ``SELECT`` then the name ``a``). Lark's Earley parser with
-``lexer="dynamic_complete"`` comes closest to this reading.
+Semantics, by default (``lexer="context_free"``): the language is the context-free language of
+the rules, each terminal read as the set of whole strings its regex matches, with ignored terminals
+allowed between terminals. Lark's own lexers choose one tokenisation (terminal priorities, longest
+match, keywords before names, lazy quantifiers stopping early); here every tokenisation counts. So
+a keyword such as ``"select"`` is also a ``CNAME`` where the rules take one there, and two
+terminals need nothing between them (``SELECTa`` is ``SELECT`` then the name ``a``). Lark's Earley
+parser with ``lexer="dynamic_complete"`` comes closest to this reading.
+
+With ``lexer="lark"``, the text is lexed as Lark's LALR parser lexes it (its default, contextual
+lexer; `compile.lark_lexer`): only the terminals the parser can take next, longest match, and of
+the terminals matching a lexeme the first in Lark's order: higher priority, then a string literal
+before a pattern (``"select"`` before ``CNAME``), then the longer possible match, the longer
+definition, the name. Lark tries each terminal's regex in that order at a position and keeps the
+first that matches; here the longest lexeme wins first, and the lexer does not back up: where the
+bytes read can still grow into a longer lexeme, they must. The two agree unless a
+higher-priority terminal would match a shorter text than another terminal does, or a lexeme
+runs into a dead end (``1.`` then ``x`` where a float needs digits after the dot).
 
 Terminals:
 
@@ -51,20 +61,23 @@ _LEXER_LANGUAGES = {"/\\*(.|\n)*?\\*/": r"/\*(?:[^*]|\*+[^*/])*\*+/"}
 _CONTROL = re.compile(r"\\(.)|([\x00-\x1f\x7f])", re.DOTALL)
 
 
-def lark_to_ir(text: str, *, start: str = "start") -> Grammar:
+def lark_to_ir(text: str, *, start: str = "start", lexer: str = "context_free") -> Grammar:
     """Read a Lark grammar.
 
     Args:
       text: the grammar, in Lark's syntax.
       start: the start rule.
+      lexer: ``"context_free"`` (every tokenisation counts) or ``"lark"`` (Lark's contextual
+        lexer: longest match, priorities, keywords before names).
 
     Returns:
       The validated grammar IR.
 
     Raises:
       GrammarError: lark refuses the grammar (syntax errors carry line and column), a terminal
-        uses a feature byte automata cannot take (named), the language is empty, or a relative
-        ``%import`` would read a grammar file from the working directory.
+        uses a feature byte automata cannot take (named), the language is empty, a relative
+        ``%import`` would read a grammar file from the working directory, or with
+        ``lexer="lark"``, a terminal matches the empty string.
     """
     if relative := _RELATIVE_IMPORT.search(text):
         line = text.count("\n", 0, relative.start()) + 1
@@ -75,11 +88,20 @@ def lark_to_ir(text: str, *, start: str = "start") -> Grammar:
     # Lark reports some mistakes as OSError (an %import it cannot find) or AssertionError.
     except (LarkError, OSError, AssertionError) as error:
         raise GrammarError(f"Lark grammar: {error}") from None
+    if lexer == "lark":
+        empty = [t.name for t in terminals if t.pattern.min_width == 0]
+        if empty:
+            raise GrammarError(f"Lark grammar: terminals {', '.join(empty)} match the empty string, which lexer='lark' cannot cut")
+    order = sorted(
+        terminals, key=lambda t: (-t.priority, not isinstance(t.pattern, PatternStr), -t.pattern.max_width, -len(t.pattern.value), t.name)
+    )
+    precedence = {t.name: len(order) - i for i, t in enumerate(order)}
     return Grammar(
         rules=tuple(Rule(r.origin.name, tuple(s.name for s in r.expansion)) for r in rules),
-        terminals=tuple(TerminalDef(t.name, _terminal_regex(t)) for t in terminals),
+        terminals=tuple(TerminalDef(t.name, _terminal_regex(t), precedence=precedence[t.name]) for t in terminals),
         start=start,
         ignore=tuple(ignore),
+        lexer=lexer,
     ).validate()
 
 

@@ -1,0 +1,255 @@
+"""``lexer="lark"``: the pushdown engine reading text as Lark's contextual lexer does (longest
+match, the parser's state choosing the terminals, priorities, keywords before names), against
+Lark's own LALR parser driven by the reference lexer of `lark_reference`."""
+
+import functools
+import itertools
+
+import jax
+import numpy as np
+import pytest
+
+import ananke_jax as aj
+from ananke_jax._src.compile.cfg import compile_ir
+
+from lark_reference import LarkLexing
+from oracles import unpack
+from test_frontends import GRAMMAR_COUNTEREXAMPLES, GRAMMAR_EXAMPLES, GRAMMARS_DIR
+from test_pushdown import _accepts, _advance, _assert_same, _mask, example_prefixes
+
+# Small grammars over a few characters, where Lark's lexer and ours pick the same lexemes.
+SMALL = {
+    # Keywords are string literals, so they win over NAME; the parser's state chooses between them.
+    "keywords": (
+        """
+        start: stmt+
+        stmt: "if" NAME | NAME "=" NUM | "in" NUM
+        NAME: /[a-z]+/
+        NUM: /[0-9]+/
+        %ignore " "
+        """,
+        "ifn=1 ",
+    ),
+    # A has the priority where both match the same text; after "#" only B is in context.
+    "priorities": (
+        """
+        start: pair+
+        pair: A "!" | B "?" | "#" B "?"
+        A.2: /a+/
+        B: /a+|b+/
+        %ignore " "
+        """,
+        "ab!?# ",
+    ),
+    # The longest operator wins; nothing is ignored, so lexemes touch.
+    "operators": (
+        """
+        start: stmt+
+        stmt: NAME ("=" | "==" | "=>" | ">") NAME ";"
+        NAME: /[a-z]+/
+        """,
+        "ab=>;",
+    ),
+}
+
+
+@functools.cache
+def _reference(name: str) -> LarkLexing:
+    return LarkLexing(SMALL[name][0])
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_the_reference_decides_whole_texts_as_lark_does(name):
+    """The oracle itself: on every text of up to five characters, complete exactly where Lark's
+    LALR parser (its contextual lexer) parses the text."""
+    reference = _reference(name)
+    complete, _ = reference.viable_texts(SMALL[name][1], 5)
+    for text in _texts(SMALL[name][1], 5):
+        try:
+            reference.lark.parse(text)
+            parsed = True
+        except Exception:
+            parsed = False
+        assert parsed == (text in complete), text
+
+
+def _texts(alphabet: str, length: int) -> list[str]:
+    texts = [""]
+    for _ in range(length):
+        texts += [t + c for t in texts if len(t) == len(texts[-1]) for c in alphabet]
+    return texts
+
+
+@pytest.mark.parametrize("length, depth", [(9, 4), pytest.param(10, 5, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", SMALL)
+def test_masks_match_the_reference_at_every_viable_prefix(name, length, depth):
+    """Whole masks over a vocabulary of every character and every pair of them (tokens that
+    bridge lexemes) at every prefix of up to ``depth`` characters that some complete text of up
+    to ``length`` extends: a token is allowed iff the prefix and the token begin such a text,
+    EOS iff the prefix is complete. Every such prefix completes within three characters, so the
+    bounded search sees all of it."""
+    text, alphabet = SMALL[name]
+    complete, viable = _reference(name).viable_texts(alphabet, length)
+    tokens = [b"<eos>", *(c.encode() for c in alphabet), *((a + b).encode() for a in alphabet for b in alphabet)]
+    vocab = aj.Vocabulary.from_tokens(tokens, eos_token_ids=[0])
+    cg = aj.compile_lark(text, vocab, lexer="lark")
+    single = {c: tokens.index(c.encode()) for c in alphabet}
+    checked, stack = 0, [("", cg.init_state())]
+    while stack:
+        prefix, state = stack.pop()
+        expected = np.array([prefix in complete] + [prefix + t.decode() in viable for t in tokens[1:]])
+        _assert_same(unpack(_mask(cg, state))[: len(vocab)], expected, vocab, f"{name}, after {prefix!r}")
+        assert bool(_accepts(cg, state)) == (prefix in complete)
+        checked += 1
+        if len(prefix) < depth:
+            stack += [(prefix + c, _advance(cg, state, single[c])) for c in alphabet if prefix + c in viable]
+    assert checked >= 20
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param((name, vocab), marks=() if vocab == "sentencepiece" else pytest.mark.slow, id=f"{name}-{vocab}")
+        for name in ("csv.lark", "sql_select.lark")
+        for vocab in ("sentencepiece", "tekken")
+    ],
+)
+def grammar_file(request):
+    """(file name, vocabulary, encode, compiled with lexer="lark", reference)."""
+    name, vocab_name = request.param
+    vocab = request.getfixturevalue(f"{vocab_name}_vocab")
+    text = (GRAMMARS_DIR / name).read_text(encoding="utf-8")
+    return name, vocab, request.getfixturevalue(f"{vocab_name}_encode"), aj.compile_lark(text, vocab, lexer="lark"), LarkLexing(text)
+
+
+def test_grammar_file_examples_walk_token_by_token_and_counterexamples_fail(grammar_file):
+    """Each example, tokenised by the real tokenizer, is allowed token by token and complete only
+    where Lark's lexer and parser say so; each counterexample is refused or left incomplete."""
+    name, vocab, encode, cg, reference = grammar_file
+    for text in GRAMMAR_EXAMPLES[name]:
+        state, data = cg.init_state(), b""
+        for token in encode(text):
+            assert bool(aj.is_allowed(_mask(cg, state), token)), (name, text, data, vocab.token_bytes(token))
+            state, data = _advance(cg, state, token), data + vocab.token_bytes(token)
+            prefix = reference.read(data.decode("utf-8", "replace"))
+            assert bool(_accepts(cg, state)) == (prefix is not None and reference.is_complete(prefix)), (name, data)
+        assert bool(_accepts(cg, state)) and bool(aj.is_allowed(_mask(cg, state), vocab.eos_token_ids[0])), (name, text)
+    for text in GRAMMAR_COUNTEREXAMPLES[name]:
+        state = cg.init_state()
+        for token in encode(text):
+            if not bool(aj.is_allowed(_mask(cg, state), token)):
+                break
+            state = _advance(cg, state, token)
+        else:
+            assert not bool(_accepts(cg, state)), (name, text)
+
+
+def test_random_walks_stay_in_what_lark_reads(grammar_file):
+    """Along random walks of allowed tokens (from the start and from inside the examples), the
+    text so far is one that Lark's lexer reads without error, EOS is allowed exactly where Lark
+    parses the text, and every text the walk may end with parses."""
+    name, vocab, encode, cg, reference = grammar_file
+    rng = np.random.default_rng(5)
+    not_eos = ~np.isin(np.arange(len(vocab)), vocab.eos_token_ids)
+    prefixes = [[], [], *example_prefixes(GRAMMAR_EXAMPLES[name], encode, rng, 4)]
+    checked = 0
+    for start in prefixes:
+        state = cg.init_state()
+        data = b""
+        for token in start:
+            state, data = _advance(cg, state, token), data + vocab.token_bytes(token)
+        for _ in range(10):
+            prefix = reference.read(data.decode())
+            assert prefix is not None, (name, data)
+            mask = unpack(_mask(cg, state))[: len(vocab)]
+            complete = reference.is_complete(prefix)
+            assert bool(mask[vocab.eos_token_ids[0]]) == complete, (name, data)
+            if complete:
+                reference.lark.parse(data.decode())
+            checked += 1
+            choices = np.flatnonzero(mask & not_eos)
+            # Only whole UTF-8 characters: the reference reads text.
+            choices = [t for t in choices if _is_text(data + vocab.token_bytes(int(t)))]
+            if not choices:
+                break
+            token = int(rng.choice(choices))
+            state, data = _advance(cg, state, token), data + vocab.token_bytes(token)
+    assert checked >= 30
+
+
+def _is_text(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def test_json_reads_the_same_with_either_lexer(sentencepiece_vocab, sentencepiece_encode):
+    """JSON's terminals never touch in a way that two lexings could tell apart, so both readings
+    give the same masks along random walks (the context-free one is checked against Earley)."""
+    text = (GRAMMARS_DIR / "json.lark").read_text(encoding="utf-8")
+    lark_lexer = aj.compile_lark(text, sentencepiece_vocab, lexer="lark")
+    context_free = aj.compile_lark(text, sentencepiece_vocab)
+    rng = np.random.default_rng(2)
+    for start in example_prefixes(GRAMMAR_EXAMPLES["json.lark"], sentencepiece_encode, rng, 4):
+        states = [lark_lexer.init_state(), context_free.init_state()]
+        for token in start:
+            states = [_advance(cg, s, token) for cg, s in zip((lark_lexer, context_free), states)]
+        for _ in range(8):
+            masks = [unpack(_mask(cg, s)) for cg, s in zip((lark_lexer, context_free), states)]
+            _assert_same(masks[0], masks[1], sentencepiece_vocab, "lexer='lark' against the context-free reading")
+            choices = np.flatnonzero(masks[0][: len(sentencepiece_vocab)])
+            token = int(rng.choice(choices))
+            states = [_advance(cg, s, token) for cg, s in zip((lark_lexer, context_free), states)]
+
+
+def test_keywords_and_names_read_one_way_where_the_context_free_reading_splits_them(sentencepiece_vocab):
+    """sql_select.lark's keywords are also names, and keywords and names may touch: read as
+    context-free, a run of letters splits into keywords and names in many ways. With
+    lexer="lark" the outcomes of a token from a lexer state differ only in the contexts that
+    lexing goes on in: two of them cut the same terminals up to the first LR column where they
+    part, and part there on the context after the same terminal."""
+    from ananke_jax._src.compile.cfg import cfg_tables
+
+    text = (GRAMMARS_DIR / "sql_select.lark").read_text(encoding="utf-8")
+    tables = cfg_tables(aj.lark_to_ir(text, lexer="lark"), sentencepiece_vocab, max_actions=4)
+    names = tables.lr.terminals
+    for q in range(tables.lexer.num_states):
+        for s in np.unique(tables.class_set[q]):
+            outcomes = tables.state_outcomes[q][tables.set_members[s][tables.set_members[s] >= 0]]
+            for a, b in itertools.combinations(outcomes, 2):
+                cols_a, cols_b = (tables.outcome_terminals[o][: tables.outcome_length[o]] for o in (a, b))
+                part = next((i for i, (x, y) in enumerate(zip(cols_a, cols_b)) if x != y), None)
+                assert part is not None and names[cols_a[part]] == names[cols_b[part]], (q, cols_a, cols_b)
+    context_free = cfg_tables(aj.lark_to_ir(text), sentencepiece_vocab, max_actions=4)
+    assert (context_free.set_members >= 0).sum(axis=1).max() >= 10
+
+
+def test_bad_lexer_options_are_refused_by_name(sentencepiece_vocab):
+    with pytest.raises(aj.GrammarError, match="lexer must be one of 'context_free', 'lark', got 'longest'"):
+        aj.compile_lark('start: "a"', sentencepiece_vocab, lexer="longest")
+    with pytest.raises(aj.GrammarError, match=r"terminals MAYBE match the empty string, which lexer='lark' cannot cut"):
+        aj.lark_to_ir('start: MAYBE "a"\nMAYBE: /b*/', lexer="lark")
+
+
+def test_the_lark_lexer_runs_under_jit_vmap_and_scan(sentencepiece_vocab, sentencepiece_encode):
+    """The tables of lexer="lark" run in the unchanged device step: a batch of examples fed by
+    `lax.scan` under `vmap` ends in the states the step-by-step walk reaches."""
+    text = (GRAMMARS_DIR / "csv.lark").read_text(encoding="utf-8")
+    cg = compile_ir(aj.lark_to_ir(text, lexer="lark"), sentencepiece_vocab)
+    examples = [sentencepiece_encode(t) for t in GRAMMAR_EXAMPLES["csv.lark"][:3]]
+    width = min(map(len, examples))
+    batch = jax.numpy.array([e[:width] for e in examples])
+
+    @jax.jit
+    @jax.vmap
+    def run(tokens):
+        return jax.lax.scan(lambda s, t: (aj.advance(cg, s, t), aj.accepts(cg, s)), cg.init_state(), tokens)
+
+    finals, _ = run(batch)
+    for i, example in enumerate(examples):
+        state = cg.init_state()
+        for token in example[:width]:
+            state = _advance(cg, state, token)
+        np.testing.assert_array_equal(unpack(aj.token_mask(cg, jax.tree.map(lambda x, i=i: x[i], finals))), unpack(_mask(cg, state)))
