@@ -1,8 +1,10 @@
 """Context-free grammars: per-token mask + advance, compile time and table bytes, side by side
 with XGrammar and llguidance (when installed) on the same token walk.
 
-The walk is the longest example output (grammars/examples.json) of the JSON, C and calculator
-grammars in grammars/ (the calculator's LR tables conflict: its parse forks), tokenised by each real vocabulary's own tokenizer. ananke_jax is timed the way it is
+The walk is the longest example output (grammars/examples.json) of the JSON, C, calculator and
+SQL grammars in grammars/ (the calculator's LR tables conflict: its parse forks; the SQL grammar
+is Lark, read with ``lexer="lark"``, and XGrammar has no Lark front end), tokenised by each real
+vocabulary's own tokenizer. ananke_jax is timed the way it is
 used, inside one jitted `lax.scan` over the tokens ("scan"), and also per call from the host
 through `aj.Matcher` (fill the bitmask, accept the token: "call"), as a server with its own loop
 would; the peers are timed per call (their only mode). Our scans and llguidance's walks are
@@ -42,7 +44,12 @@ from harness import (
     xgrammar_walk,
 )
 
-GRAMMARS = ["json.gbnf", "c_subset.gbnf", "calculator.gbnf"]  # the last one forks: its LR tables conflict
+GRAMMARS = ["json.gbnf", "c_subset.gbnf", "calculator.gbnf", "sql_select.lark"]  # the calculator forks: its LR tables conflict
+
+
+def compile_file(filename: str, text: str, vocab):
+    """A file of grammars/: GBNF, or Lark read as Lark's own lexer reads it."""
+    return aj.compile_gbnf(text, vocab) if filename.endswith(".gbnf") else aj.compile_lark(text, vocab, lexer="lark")
 
 
 def xgrammar_run(text: str | None, vocab, tokens: list[int]) -> tuple[float, float]:
@@ -75,12 +82,13 @@ def llguidance_matchers(text: str, vocab, encode):
     return time.perf_counter() - start, matcher, tokenizer.vocab_size
 
 
-def measure(text: str, vocab, encode, tokens: list[int], repeats: int, json: bool) -> dict:
-    """Seconds per token (ours in a scan and per call, each installed peer per call, and with
-    ``json`` XGrammar's builtin JSON grammar) and compile seconds of each engine, None for a peer
-    that is not installed."""
+def measure(filename: str, vocab, encode, tokens: list[int], repeats: int) -> dict:
+    """Seconds per token (ours in a scan and per call, each installed peer per call, and on the
+    JSON walk XGrammar's builtin JSON grammar) and compile seconds of each engine, None for a
+    peer that is not installed or cannot read the grammar."""
+    text = grammar_text(filename)
     start = time.perf_counter()
-    cg = aj.compile_gbnf(text, vocab)
+    cg = compile_file(filename, text, vocab)
     m = {"ours compile": time.perf_counter() - start, "tables MB": cg.table_bytes / 1e6}
     scan = ours_scan(cg, tokens)
     try:
@@ -95,22 +103,29 @@ def measure(text: str, vocab, encode, tokens: list[int], repeats: int, json: boo
     m["scan"], m["llguidance"] = statistics.median(ours), statistics.median(peer) if peer else None
     m["call"] = statistics.mean(matcher_per_call(cg, vocab, tokens))
     with contextlib.suppress(ImportError):
-        m["xgrammar compile"], m["xgrammar"] = xgrammar_run(text, vocab, tokens)
-        if json:
+        if filename.endswith(".gbnf"):
+            m["xgrammar compile"], m["xgrammar"] = xgrammar_run(text, vocab, tokens)
+        if filename == "json.gbnf":
             m["xgrammar builtin compile"], m["xgrammar builtin"] = xgrammar_run(None, vocab, tokens)
     return m
 
 
-GRAMMAR_NAMES = {"json.gbnf": "JSON", "c_subset.gbnf": "C", "calculator.gbnf": "calculator, forking"}
+GRAMMAR_NAMES = {
+    "json.gbnf": "JSON",
+    "c_subset.gbnf": "C",
+    "calculator.gbnf": "calculator, forking",
+    "sql_select.lark": "SQL, Lark's lexer",
+}
 PEER_NAMES = {"llguidance": "llguidance", "xgrammar": "XGrammar", "xgrammar builtin": "XGrammar's builtin JSON grammar"}
 PEERS = tuple(PEER_NAMES)
 
 
 def headlines(measured: dict) -> list[dict]:
-    """Per grammar, our scan's time per token over the fastest peer's, on the largest vocabulary
-    measured; the row says so when no peer is installed."""
+    """Per grammar but the SQL one (its figure stays in docs/benchmarks.md), our scan's time per
+    token over the fastest peer's, on the largest vocabulary measured; the row says so when no
+    peer is installed."""
     rows = []
-    for filename in GRAMMARS:
+    for filename in GRAMMARS[:3]:
         runs = {name: m for (grammar, name), m in measured.items() if grammar == filename}
         if not runs:
             continue
@@ -139,11 +154,10 @@ def main():
     )
     rows, measured = [], {}
     for filename in GRAMMARS:
-        text = grammar_text(filename)
         example = max(corpus("examples")[filename]["examples"], key=len)
         for name in args.vocabs:
             tokens = encode[name](example)
-            m = measured[filename, name] = measure(text, vocabs[name], encode[name], tokens, args.repeats, filename == "json.gbnf")
+            m = measured[filename, name] = measure(filename, vocabs[name], encode[name], tokens, args.repeats)
             fastest = min((m[e] for e in PEERS if m.get(e)), default=None)
             us_cells = [None if m.get(e) is None else m[e] * 1e6 for e in ("scan", "call", *PEERS)]
             per_token.add(filename, name, len(tokens), *us_cells, ratio(m["scan"], fastest), ratio(m["call"], fastest))
