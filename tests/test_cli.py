@@ -56,6 +56,10 @@ def test_generate_with_a_schema_and_a_grammar(tmp_path):
     assert run.returncode in (0, 1), run.stderr  # a random model may leave a row unfinished in 16 tokens
     assert "INVALID" not in run.stdout.replace("INVALID: unfinished", "")
     assert "acceleration: none (auto)" in run.stdout and "draft tokens accepted" not in run.stdout
+    csv = os.path.join(os.path.dirname(__file__), "..", "grammars", "csv.lark")
+    run = _cli("generate", "--model", "tiny", "--grammar", csv, "--lexer", "lark", "--max-tokens", "16", "--temperature", "1")
+    assert run.returncode in (0, 1), run.stderr  # checked by Lark's own LALR parser and lexer
+    assert "INVALID" not in run.stdout.replace("INVALID: unfinished", "")
 
 
 def test_compile_then_inspect(tmp_path, capsys):

@@ -99,11 +99,14 @@ def _constraint(args, vocab: aj.Vocabulary):
         path = pathlib.Path(args.grammar)
         with _naming(path):
             text = path.read_text(encoding="utf-8")
-            ir = aj.gbnf_to_ir(text) if path.suffix == ".gbnf" else aj.lark_to_ir(text)
+            ir = aj.gbnf_to_ir(text) if path.suffix == ".gbnf" else aj.lark_to_ir(text, lexer=args.lexer)
             cg = aj.compile_grammar(ir, vocab)
         import lark
 
         parser = lark.Lark(to_lark(ir), start=lark_names(ir)[ir.start], parser="earley", lexer="dynamic")
+        if ir.lexer == "lark":  # Lark's own lexer, where its LALR tables (which that lexer needs) build
+            with contextlib.suppress(lark.exceptions.GrammarError):
+                parser = lark.Lark(text, parser="lalr")
         return cg, lambda t: _error(lambda: parser.parse(t)), f"grammar {path.name}"
     schema = DEFAULT_SCHEMA
     with _naming(pathlib.Path(args.schema or "(embedded person record)")):
@@ -253,6 +256,12 @@ def _parser() -> argparse.ArgumentParser:
         group.add_argument("--schema", help="JSON Schema file (default: an embedded person record)")
         group.add_argument("--regex", help="regular expression the output must fully match")
         group.add_argument("--grammar", help="Lark (.lark) or GBNF (.gbnf) grammar file")
+        p.add_argument(
+            "--lexer",
+            choices=("context_free", "lark"),
+            default="context_free",
+            help="how a Lark grammar is lexed: context_free (default) or lark (as Lark's LALR parser lexes it)",
+        )
         p.add_argument("--tokenizer", help="smollm2, tekken, mistral-v1, or a tokenizer file (.json, .model, .gguf)")
 
     gen = commands.add_parser("generate", help="generate text under a constraint")

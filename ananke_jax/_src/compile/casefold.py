@@ -25,9 +25,12 @@ _CASED_BELOW = 0x20000  # planes 2 and up (ideographs, special purpose) have no 
 def closed(ranges: Ranges, partners: dict[int, tuple[int, ...]]) -> Ranges:
     """``ranges`` with the ``partners`` (`ecma_partners`, `python_partners`) of their code points."""
     ranges = utf8.normalise(ranges)
-    starts = [lo for lo, _ in ranges]
-    inside = lambda cp: (i := bisect.bisect_right(starts, cp) - 1) >= 0 and cp <= ranges[i][1]
-    extra = [(p, p) for cp, others in partners.items() if inside(cp) for p in others]
+    if sum(hi - lo + 1 for lo, hi in ranges) < len(partners):  # a few characters: look each up
+        extra = [(p, p) for lo, hi in ranges for cp in range(lo, hi + 1) for p in partners.get(cp, ())]
+    else:
+        starts = [lo for lo, _ in ranges]
+        inside = lambda cp: (i := bisect.bisect_right(starts, cp) - 1) >= 0 and cp <= ranges[i][1]
+        extra = [(p, p) for cp, others in partners.items() if inside(cp) for p in others]
     return utf8.normalise(ranges + extra)
 
 
