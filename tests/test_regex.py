@@ -147,6 +147,19 @@ def test_random_regexes_accept_exactly_what_re_fullmatch_accepts(pattern):
             assert bool(dfa.accepting[dfa.walk(dfa.start, text.encode("utf-8"))]) == expected, (pattern, text)
 
 
+def test_counted_repeats_of_a_star_collapse_instead_of_blowing_up():
+    """(x*){m,n} is x* and (x+){m,n} is x{m,}: llama.cpp's "hang" grammar, six nested {0,99}
+    around [^x]*, is that one loop (its expansion would be an NFA of 10^12 states)."""
+    bomb = "(((((([^x]*){0,99}){0,99}){0,99}){0,99}){0,99}){0,99}"  # re itself backtracks for ages on it
+    for pattern, same_as in ((bomb, "[^x]*"), ("(a+){2,3}b", "a{2,}b"), ("((ab)*){1,4}", "(ab)*"), ("(a+){0,2}", "a*")):
+        dfa = regex_to_dfa(pattern)
+        assert dfa.num_states == regex_to_dfa(same_as).num_states, pattern
+        for n in range(7):
+            for chars in itertools.product("abx", repeat=n):
+                text = "".join(chars)
+                assert bool(dfa.accepting[dfa.walk(dfa.start, text.encode())]) == (re.fullmatch(same_as, text) is not None), (pattern, text)
+
+
 def _lookaround_regexes():
     """Random regexes with lookarounds (lookbehinds of fixed width, as `re` takes them) and
     case-insensitive groups, over a tiny alphabet."""

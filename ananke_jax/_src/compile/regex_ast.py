@@ -163,6 +163,9 @@ def repeat(body: Node, lo: int, hi: int | None) -> Node:
         return EMPTY
     if body == NOTHING:
         return EMPTY if lo == 0 else NOTHING
+    if isinstance(body, Repeat) and body.hi is None and body.lo <= 1:
+        # k copies of x* are x*, of x+ are x{k,}: (x*){lo,hi} = x*, (x+){lo,hi} = x{lo,} (hi >= 1).
+        return repeat(body.body, body.lo * lo, None)
     return body if (lo, hi) == (1, 1) else Repeat(body, lo, hi)
 
 
