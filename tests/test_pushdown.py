@@ -442,3 +442,20 @@ def test_a_lexer_too_ambiguous_for_the_vocabulary_names_the_overlapping_terminal
     with pytest.raises(aj.GrammarError, match=r"too ambiguous .* as [\d,]+ different terminal sequences, such as (NAME|WORD) ") as e:
         aj.compile_lark("start: (WORD | NAME)+\nWORD: /[a-z]+/\nNAME: /[a-z_]+/", sentencepiece_vocab)
     assert "The terminals NAME, WORD overlap" in str(e.value) and "require a separator" in str(e.value)
+
+
+def test_a_last_lexer_state_whose_outcomes_complete_nothing_gets_no_trie_node():
+    """Outcomes that complete no terminal have no trie node (-1), also from the last lexer
+    state when it has no node at all (its key would sort past every node's)."""
+    from ananke_jax._src.compile.outcome_trie import outcome_tries
+
+    tries = outcome_tries(
+        state_outcomes=np.array([[0], [1]], np.int32),
+        terminals=np.array([[0], [-1]], np.int32),
+        lengths=np.array([1, 0], np.int32),
+        lexer_after=np.array([1, 1], np.int32),
+        pending=np.zeros((2, 2), bool),
+        pending_free=np.ones(2, bool),
+        completions=[[[1]], []],
+    )
+    assert tries.outcome_node.tolist() == [[0], [-1]]

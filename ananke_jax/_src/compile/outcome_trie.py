@@ -144,6 +144,7 @@ def outcome_tries(
     first_of_state = np.searchsorted(node_q[order], np.arange(num_states + 1))
     rank = np.empty(len(keys), np.int64)
     rank[order] = np.arange(len(keys)) - first_of_state[node_q[order]]
+    rank = np.append(rank, -1)  # read by empty paths past the last key: they are no node
     node = lambda q, path: np.where(path > 0, rank[np.searchsorted(keys, key(q, path))], -1)
 
     state_parents = np.split(node(node_q, parent[node_path])[order], first_of_state[1:-1])
