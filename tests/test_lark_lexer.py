@@ -4,6 +4,7 @@ Lark's own LALR parser driven by the reference lexer of `lark_reference`."""
 
 import functools
 import itertools
+import warnings
 
 import jax
 import numpy as np
@@ -224,6 +225,27 @@ def test_keywords_and_names_read_one_way_where_the_context_free_reading_splits_t
                 assert part is not None and names[cols_a[part]] == names[cols_b[part]], (q, cols_a, cols_b)
     context_free = cfg_tables(aj.lark_to_ir(text), sentencepiece_vocab, max_actions=4)
     assert (context_free.set_members >= 0).sum(axis=1).max() >= 10
+
+
+def test_where_lark_would_back_up_to_a_shorter_lexeme_the_compile_warns(sentencepiece_vocab):
+    """A space may begin a comment (`COMMENT: / *\\/\\/.../`, Lark's own grammar has one), so after a
+    space the lexer reads a `/` on toward a comment; Lark backs up to the space when no second
+    `/` comes and reads the `/` as the next lexeme, this lexer refuses. The compile says so; a
+    grammar without such a place (csv.lark) compiles without a warning."""
+    text = r"""
+        start: item+
+        item: NAME | "/" NAME "/"
+        NAME: /[a-z]+/
+        WS: / +/
+        COMMENT: / *\/\/[^\n]*/
+        %ignore WS
+        %ignore COMMENT
+    """
+    with pytest.warns(UserWarning, match=r"does not back up .* after WS, '/' reads on toward COMMENT"):
+        aj.compile_lark(text, sentencepiece_vocab, lexer="lark")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        aj.compile_lark((GRAMMARS_DIR / "csv.lark").read_text(encoding="utf-8"), sentencepiece_vocab, lexer="lark")
 
 
 def test_bad_lexer_options_are_refused_by_name(sentencepiece_vocab):

@@ -19,6 +19,7 @@ one of them can still continue it, and of the terminals matching it the one of h
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 
@@ -86,6 +87,7 @@ def contextual_lexing(grammar: Grammar, dfas: dict[str, ByteDFA], lr: LRTables, 
     winner = np.where(lexer.ends.any(axis=1), lexer.ends.argmax(axis=1), -1)
     cut_columns = stack_padded([emitted[w] if w >= 0 else [] for w in winner], NO_CUT, np.int32)
     resume = lexer.starts[context_of_lexer_state].astype(np.int64)
+    _warn_where_lark_backs_up(lexer, winner, names, ignored, context_of_lexer_state, refined_terminal, refined_context)
     # States alike but for their context merge, unless an ignored terminal ends there.
     signature = np.column_stack([lexer.ends, lexer.alive, cut_columns, np.where(ignored[winner] & (winner >= 0), resume, -1)])
     signature = np.column_stack([signature, np.isin(np.arange(lexer.num_states), lexer.starts)])
@@ -120,6 +122,37 @@ def _coarsest_partition(transitions: np.ndarray, signature: np.ndarray) -> np.nd
         block = refined
     _, first, numbered = np.unique(block, return_index=True, return_inverse=True)
     return np.argsort(np.argsort(first))[numbered.reshape(-1)]
+
+
+def _warn_where_lark_backs_up(lexer, winner, names, ignored, context_of_state, refined_terminal, refined_context) -> None:
+    """Warn where the lexer reads on past a complete lexeme into bytes that may end nowhere,
+    while the byte it read could also begin the next lexeme: Lark backs up to the shorter match
+    there, this lexer does not (a lexeme `WS_INLINE` followed by a `/` that might begin
+    `COMMENT`, as in Lark's own grammar, refuses a `REGEXP` after the space)."""
+    ends = lexer.ends.any(axis=1)
+    q, byte = np.nonzero(ends[:, None] & (lexer.transitions != DEAD) & ~ends[lexer.transitions])
+    begins = lexer.transitions[lexer.starts] != DEAD  # bool[K, 256]: a byte that begins some lexeme
+    after = np.zeros((len(names), len(lexer.starts)), bool)  # the contexts lexing goes on in after a terminal
+    after[refined_terminal, refined_context] = True
+    after = np.where(ignored[winner[q], None], np.eye(len(lexer.starts), dtype=bool)[context_of_state[q]], after[winner[q]])
+    backs_up = (after & begins[:, byte].T).any(axis=1)
+    cases = sorted(
+        {
+            (
+                names[winner[a]],
+                chr(b) if 32 < b < 127 else f"\\x{b:02x}",
+                " or ".join(names[i] for i in np.flatnonzero(lexer.alive[lexer.transitions[a, b]])),
+            )
+            for a, b in zip(q[backs_up], byte[backs_up])
+        }
+    )
+    if cases:
+        shown = "; ".join(f"after {x}, {b!r} reads on toward {t}" for x, b, t in cases[:3])
+        warnings.warn(
+            f"lexer='lark' does not back up to a shorter lexeme where Lark would: {shown}"
+            f"{' and more' if len(cases) > 3 else ''}. A text where that byte begins the next lexeme instead is refused",
+            stacklevel=5,
+        )
 
 
 def _refined_tables(lr: LRTables, context_of_state: np.ndarray) -> tuple[LRTables, np.ndarray, np.ndarray]:

@@ -21,7 +21,8 @@ definition, the name. Lark tries each terminal's regex in that order at a positi
 first that matches; here the longest lexeme wins first, and the lexer does not back up: where the
 bytes read can still grow into a longer lexeme, they must. The two agree unless a
 higher-priority terminal would match a shorter text than another terminal does, or a lexeme
-runs into a dead end (``1.`` then ``x`` where a float needs digits after the dot).
+runs into a dead end where Lark would back up to a shorter match (the compile warns where that
+can happen).
 
 Terminals:
 
