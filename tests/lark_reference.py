@@ -2,10 +2,12 @@
 longest-match contextual lexer written here with the ``regex`` module's partial matching.
 
 After each terminal the lexer matches the terminals that Lark's parse table has an action for in
-the parser's current state, and the ignored ones. A lexeme grows while some of them can still
-match it whole (``regex.fullmatch(..., partial=True)``); at the first byte none can take, the
-lexeme is cut, the terminal of highest precedence among those matching it is fed to Lark's
-interactive parser, and the byte begins the next lexeme. The terminals' regexes are the grammar
+the parser's current state, and the ignored ones. A lexeme is the longest text that one of them
+matches whole, the terminal of highest precedence among those matching it is fed to Lark's
+interactive parser, and the next lexeme begins after it. Read a character at a time, a lexeme
+may grow while some terminal can still match it (``regex.fullmatch(..., partial=True)``), or be
+cut where one matches it; a cut keeps a shadow of the lexeme as it would have grown, and the
+reading dies if the shadow ever matches whole (`Reading`). The terminals' regexes are the grammar
 IR's (`lark_to_ir`), which reads lazy string and comment patterns as the languages Lark's lexer
 matches with them; nothing else here shares code with the engine's automata or LR tables.
 """
@@ -33,11 +35,14 @@ def precedence_order(terminals) -> dict[str, int]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Prefix:
-    """A text read so far: Lark's LR state stack after its cut lexemes, and the lexeme still growing."""
+class Reading:
+    """One way of reading a text so far: Lark's LR state stack after its cut lexemes, the lexeme
+    still growing, and the *shadows*: each cut lexeme that the text since could still extend,
+    with the parser state it was read in (a cut is only right if no shadow ever matches whole)."""
 
     stack: tuple[int, ...]
     lexeme: str
+    shadows: tuple[tuple[int, str], ...] = ()
 
 
 class LarkLexing:
@@ -53,13 +58,14 @@ class LarkLexing:
         # Memoised per instance: a walk asks the same questions again and again.
         self._context, self._grows = functools.cache(self._context), functools.cache(self._grows)
         self._cut, self._takes_end = functools.cache(self._cut), functools.cache(self._takes_end)
+        self._matches = functools.cache(self._matches)
 
     @staticmethod
     def _stack(parser) -> tuple[int, ...]:
         return tuple(parser.parser_state.state_stack)
 
-    def start(self) -> Prefix:
-        return Prefix(next(iter(self._parsers)), "")
+    def start(self) -> frozenset[Reading]:
+        return frozenset([Reading(next(iter(self._parsers)), "")])
 
     def _context(self, top: int) -> tuple[str, ...]:
         return tuple(name for name in self.table[top] if name in self.pattern) + tuple(sorted(self.ignore))
@@ -92,22 +98,40 @@ class LarkLexing:
             return False
         return True
 
-    def step(self, prefix: Prefix, char: str) -> Prefix | None:
-        """The prefix one character on, or None if no text starts with it."""
-        if self._grows(prefix.stack[-1], prefix.lexeme + char):
-            return Prefix(prefix.stack, prefix.lexeme + char)
-        if not prefix.lexeme:
-            return None
-        stack = self._cut(prefix.stack, prefix.lexeme)
-        if stack is None or not self._grows(stack[-1], char):
-            return None
-        return Prefix(stack, char)
+    def _matches(self, top: int, text: str) -> bool:
+        return any(self.pattern[n].fullmatch(text) for n in self._context(top))
 
-    def is_complete(self, prefix: Prefix) -> bool:
-        stack = self._cut(prefix.stack, prefix.lexeme) if prefix.lexeme else prefix.stack
+    def _steps(self, reading: Reading, char: str) -> list[Reading]:
+        shadows = []
+        for top, text in reading.shadows:
+            if self._matches(top, text + char):
+                return []  # a longer lexeme than the one cut: the cut was wrong
+            if self._grows(top, text + char):
+                shadows.append((top, text + char))
+        top, out = reading.stack[-1], []
+        if self._grows(top, reading.lexeme + char):
+            out.append(Reading(reading.stack, reading.lexeme + char, tuple(shadows)))
+        if reading.lexeme and not self._matches(top, reading.lexeme + char):
+            stack = self._cut(reading.stack, reading.lexeme)
+            if stack is not None and self._grows(stack[-1], char):
+                longer = [(top, reading.lexeme + char)] if self._grows(top, reading.lexeme + char) else []
+                out.append(Reading(stack, char, tuple(shadows + longer)))
+        return out
+
+    def step(self, prefix: frozenset[Reading], char: str) -> frozenset[Reading] | None:
+        """The readings one character on, or None if no text starts with it: each reading reads
+        on, or cuts its lexeme there if that can still be the longest match."""
+        readings = frozenset(r for reading in prefix for r in self._steps(reading, char))
+        return readings or None
+
+    def is_complete(self, prefix: frozenset[Reading]) -> bool:
+        return any(self._complete(r) for r in prefix)
+
+    def _complete(self, reading: Reading) -> bool:
+        stack = self._cut(reading.stack, reading.lexeme) if reading.lexeme else reading.stack
         return stack is not None and self._takes_end(stack)
 
-    def read(self, text: str) -> Prefix | None:
+    def read(self, text: str) -> frozenset[Reading] | None:
         prefix = self.start()
         for char in text:
             prefix = self.step(prefix, char)

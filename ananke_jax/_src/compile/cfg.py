@@ -91,9 +91,11 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
     if grammar.lexer == "lark":
         lexing = contextual_lexing(grammar, dfas, lr, follow)
         lr, lexer, loops, column_terminal = lexing.lr, lexing.lexer, None, lexing.column_terminal
-        cuts = _Cuts(
-            lexing.cut_columns, lexing.follow, lexing.column_start, np.ones((len(lr.terminals), lexer.num_states), bool), lexing.resume
-        )
+        # The byte classes also keep apart the bytes that cuts treat differently.
+        spelled = spell_tokens(np.vstack([lexer.transitions, lexing.cut_targets.reshape(-1, 256)]), vocab)
+        transitions, targets = np.split(spelled.transitions, [lexer.num_states])
+        may_start = np.ones((len(lr.terminals), lexer.num_states), bool)
+        cuts = _Cuts(lexing.cut_columns, lexing.follow, may_start, targets=targets.reshape(lexer.num_states, -1, targets.shape[1]))
     else:
         column = {name: j for j, name in enumerate(lr.terminals)}
         lr_column = np.array([-1 if t.name in grammar.ignore else column[t.name] for t in grammar.terminals], np.int32)
@@ -101,14 +103,15 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
         start_begins, start_of_context = _lexer_starts(lr_column, begins, follow)
         lexer, loops = _lexer_with_loops(grammar.terminals, dfas, start_begins)
         cuts = _cuts(lexer, lr_column, follow, lexer.starts[start_of_context])
+        spelled = spell_tokens(lexer.transitions, vocab)
+        transitions = spelled.transitions
 
     def walk(transitions, trie, sources):
         return _walk_outcomes(lexer, transitions, trie, cuts, sources, lr.terminals)
 
-    spelled = spell_tokens(lexer.transitions, vocab)
     # Later starts are never between tokens; loops' states get their outcomes per vocabulary.
     skipped = lexer.starts[1:] if loops is None else np.union1d(lexer.starts[1:], loops.rows[0])
-    q, string, outcome, *table = walk(spelled.transitions, spelled.trie, np.setdiff1d(np.arange(1, lexer.num_states), skipped))
+    q, string, outcome, *table = walk(transitions, spelled.trie, np.setdiff1d(np.arange(1, lexer.num_states), skipped))
     looped = None if loops is None else _loop_outcomes(lexer, loops, vocab, walk)
     if looped is not None:  # their rows follow the walk's, one pseudo-string per value after the strings
         table, (walked, looped_ids) = _merged_outcomes(table, looped.outcomes)
@@ -333,20 +336,19 @@ class _Cuts:
       columns: int32[Q, E], the LR columns a cut in each lexer state may emit (-1: an ignored
         terminal), padded with ``NO_CUT``.
       follow: bool[T, T], LR column b may come right after a.
-      start_after: int[T + 1], the lexer start after LR column a (at a + 1; at 0: no terminal
-        yet, or one the lexer state does not know).
       may_start: bool[T + 1, Q], after LR column a (or none), lexer state p may still become a
         terminal that can follow.
-      resume: int[Q], where lexing goes on after an ignored terminal cut in each state; None: as
-        after the last LR column cut. Given (``lexer="lark"``), cuts are also longest-match: only
-        before a byte the lexer cannot read on with.
+      start_after: int[T + 1], the lexer start after LR column a (at a + 1; at 0: no terminal
+        yet, or one the lexer state does not know); or else
+      targets: int[Q, E, C], the lexer state after cut e from each state before each label
+        (``lexer="lark"``, `lark_lexer.ContextualLexing`).
     """
 
     columns: np.ndarray
     follow: np.ndarray
-    start_after: np.ndarray
     may_start: np.ndarray
-    resume: np.ndarray | None = None
+    start_after: np.ndarray | None = None
+    targets: np.ndarray | None = None
 
 
 def _cuts(lexer: Lexer, lr_column: np.ndarray, follow: np.ndarray, start_after: np.ndarray) -> _Cuts:
@@ -356,7 +358,7 @@ def _cuts(lexer: Lexer, lr_column: np.ndarray, follow: np.ndarray, start_after: 
     # A start that begins every terminal needs this pruning.
     follow_lexer = np.where(lr_column >= 0, follow[:, np.maximum(lr_column, 0)], True)
     may_start = np.concatenate([np.ones((1, lexer.num_states), bool), (lexer.alive[None, :, :] & follow_lexer[:, None, :]).any(axis=2)])
-    return _Cuts(columns, follow, start_after, may_start)
+    return _Cuts(columns, follow, may_start, start_after=start_after)
 
 
 def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, trie: TokenTrie, cuts: _Cuts, sources: np.ndarray, names: tuple[str, ...]):
@@ -379,7 +381,7 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, trie: TokenTrie, cuts:
     """
     string_at = np.full(trie.num_nodes, -1, np.int64)
     string_at[trie.token_nodes] = trie.token_ids
-    start_rows = transitions[cuts.start_after]  # [T + 1, C]
+    start_rows = None if cuts.start_after is None else transitions[cuts.start_after]  # [T + 1, C]
     sequences = Paths(len(cuts.follow))  # the LR columns an outcome completes so far
 
     # Frontier rows (trie node, source state, lexer state, sequence) packed into sorted int64 keys,
@@ -412,17 +414,15 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, trie: TokenTrie, cuts:
             inside = child[alive] | kept[alive] | (cont[alive].astype(np.int64) << lex_shift)
             # ...or cut after a terminal that ends here and start the next one with this byte,
             # where the grammar lets the next terminal follow the one just cut.
-            ending = cuts.columns[lex] != NO_CUT
-            if cuts.resume is not None:
-                ending &= ~alive[:, None]
-            pair, slot = np.nonzero(ending)
+            pair, slot = np.nonzero(cuts.columns[lex] != NO_CUT)
             column = cuts.columns[lex[pair], slot]
             seq = row[pair] & seq_mask
             last = np.asarray(sequences.column)[seq]
             new_last = np.where(column >= 0, column, last)
-            cut = start_rows[new_last + 1, label[pair]]
-            if cuts.resume is not None:
-                cut = np.where(column >= 0, cut, transitions[cuts.resume[lex[pair]], label[pair]])
+            if cuts.targets is None:
+                cut = start_rows[new_last + 1, label[pair]]
+            else:
+                cut = cuts.targets[lex[pair], slot, label[pair]]
             fits = (cut != DEAD) & ((column < 0) | (last < 0) | cuts.follow[np.maximum(last, 0), np.maximum(column, 0)])
             fits &= cuts.may_start[new_last + 1, cut]
             pair, column, cut, seq = pair[fits], column[fits], cut[fits], seq[fits]

@@ -12,19 +12,24 @@ one of them can still continue it, and of the terminals matching it the one of h
   the shifts of X into states of context c and every reduction before X. An outcome that cuts X
   and lexes on in context c names ``(X, c)``, so it parses only where the parser really is in
   context c after X. The device engine runs these tables unchanged.
-* A cut happens only before a byte that no terminal of the context can read on with
-  (`cfg._walk_outcomes`), and after an ignored terminal lexing resumes in the same context.
+* A lexeme is the longest text from its start that some terminal of the context matches, as
+  a flex lexer reads it: the lexer may cut where a terminal ends even when the next byte reads
+  on, and then keeps the cut lexeme's continuation as a *shadow*. A shadow that reaches the end
+  of a terminal shows that the cut was not the longest match, and the reading dies; one that
+  dies is forgotten. A lexer state here is a (state, shadows) pair, and its cut targets say
+  where each cut goes before each byte. After an ignored terminal lexing resumes in the same
+  context.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import numpy as np
 
 from ananke_jax._src.compile.arrays import stack_padded
-from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, row_groups
+from ananke_jax._src.compile.budget import charge_states, check_time
 from ananke_jax._src.compile.lexer import Lexer, build_lexer
 from ananke_jax._src.compile.lr import LRTables
 from ananke_jax._src.engines.lr import ERROR, SHIFT
@@ -45,8 +50,8 @@ class ContextualLexing:
       column_terminal: int32[T], the lexer terminal of each LR column (-1 for the end of input).
       cut_columns: int32[Q, E], the LR columns a cut in each lexer state may emit: the refined
         columns of its winning terminal, or -1 for an ignored one; padded with ``NO_CUT``.
-      column_start: int64[T + 1], the lexer start after LR column a (at a + 1; at 0 the initial).
-      resume: int64[Q], the start where lexing goes on after an ignored terminal cut in each state.
+      cut_targets: int32[Q, E, 256], the lexer state after cut e before each byte (DEAD where
+        that cut is not allowed there).
       follow: bool[T, T], which refined column may come right after which.
     """
 
@@ -54,8 +59,7 @@ class ContextualLexing:
     lexer: Lexer
     column_terminal: np.ndarray
     cut_columns: np.ndarray
-    column_start: np.ndarray
-    resume: np.ndarray
+    cut_targets: np.ndarray
     follow: np.ndarray
 
 
@@ -87,27 +91,84 @@ def contextual_lexing(grammar: Grammar, dfas: dict[str, ByteDFA], lr: LRTables, 
     winner = np.where(lexer.ends.any(axis=1), lexer.ends.argmax(axis=1), -1)
     cut_columns = stack_padded([emitted[w] if w >= 0 else [] for w in winner], NO_CUT, np.int32)
     resume = lexer.starts[context_of_lexer_state].astype(np.int64)
-    _warn_where_lark_backs_up(lexer, winner, names, ignored, context_of_lexer_state, refined_terminal, refined_context)
     # States alike but for their context merge, unless an ignored terminal ends there.
     signature = np.column_stack([lexer.ends, lexer.alive, cut_columns, np.where(ignored[winner] & (winner >= 0), resume, -1)])
     signature = np.column_stack([signature, np.isin(np.arange(lexer.num_states), lexer.starts)])
     merged = _coarsest_partition(lexer.transitions, signature)
     keep = np.unique(merged, return_index=True)[1]  # one state of each block, block ids in order
+    # Where each cut goes: the start of the context after its LR column, or of the state's own
+    # context after an ignored terminal.
+    column_start = merged[lexer.starts[refined_context]]
+    start_after = np.where(cut_columns == -1, merged[resume][:, None], column_start[np.maximum(cut_columns, 0)])
+    start_after = np.where(cut_columns == NO_CUT, DEAD, start_after)[keep]
+    base = Lexer(
+        lexer.terminals, merged[lexer.transitions[keep]], lexer.ends[keep], lexer.alive[keep], merged[lexer.starts].astype(np.int32)
+    )
+    lexer, cut_columns, cut_targets = _with_shadows(base, cut_columns[keep], start_after)
     return ContextualLexing(
         lr=lr,
-        lexer=Lexer(
-            lexer.terminals,
-            merged[lexer.transitions[keep]].astype(np.int32),
-            lexer.ends[keep],
-            lexer.alive[keep],
-            merged[lexer.starts].astype(np.int32),
-        ),
+        lexer=lexer,
         column_terminal=np.append(refined_terminal, -1).astype(np.int32),
-        cut_columns=cut_columns[keep],
-        column_start=merged[np.concatenate([[lexer.starts[0]], lexer.starts[refined_context]])].astype(np.int64),
-        resume=merged[resume[keep]],
+        cut_columns=cut_columns,
+        cut_targets=cut_targets,
         follow=follow[np.ix_(refined_base, refined_base)],
     )
+
+
+def _with_shadows(base: Lexer, cut_columns: np.ndarray, start_after: np.ndarray) -> tuple[Lexer, np.ndarray, np.ndarray]:
+    """The lexer over (state, shadows) pairs reachable from ``base``'s states without shadows
+    (which keep their numbers), its cut columns, and its cut targets int32[Q, E, 256].
+
+    Before byte b, from (q, S): every shadow reads b, and the pair dies if one of them then ends
+    a terminal (an earlier cut was not the longest match); shadows that die are dropped. Reading
+    on goes to (q.b, S.b); cut e (q ends a terminal, `start_after` [Q, E] is where lexing goes
+    on after it) is allowed unless q.b ends a terminal itself, and goes to (start.b, S.b + q.b).
+    """
+    ends = base.ends.any(axis=1)
+    byte_class, first_byte = byte_classes(base.transitions)
+    step = base.transitions[:, first_byte]  # [Q, C]: bytes of a class act alike on every state
+    num_classes, slots = step.shape[1], cut_columns.shape[1]
+    pairs = {(q, ()): q for q in range(base.num_states)}
+    order = [(q, ()) for q in range(base.num_states)]
+
+    def intern(q: int, shadows: tuple[int, ...]) -> int:
+        if q == DEAD:
+            return DEAD
+        key = (q, shadows)
+        if key not in pairs:
+            pairs[key] = len(order)
+            order.append(key)
+            charge_states(len(order), "the lexer (states with the shadows of earlier cuts)")
+        return pairs[key]
+
+    reads, cuts = [], []
+    for q, shadows in order:  # grows while it is walked
+        check_time()
+        moved = step[list(shadows)] if shadows else np.zeros((0, num_classes), np.int64)
+        alive = ~ends[moved].any(axis=0)  # no shadow ends a terminal
+        after = step[q]
+        cut = np.zeros((slots, num_classes), np.int64)
+        cut_allowed = alive & ~ends[after]
+        targets = step[start_after[q]]  # [E, C]
+        if not shadows:  # most states: the new shadow is q.b alone, or none
+            read = np.where(alive, after, DEAD)
+            for c in np.flatnonzero(cut_allowed):
+                kept = () if after[c] == DEAD else (int(after[c]),)
+                cut[:, c] = [intern(int(t), kept) for t in targets[:, c]]
+        else:
+            read = np.zeros(num_classes, np.int64)
+            for c in np.flatnonzero(alive):
+                kept = tuple(sorted({int(s) for s in moved[:, c]} - {DEAD}))
+                read[c] = intern(int(after[c]), kept)
+                if cut_allowed[c]:
+                    kept = tuple(sorted(set(kept) | ({int(after[c])} - {DEAD})))
+                    cut[:, c] = [intern(int(t), kept) for t in targets[:, c]]
+        cut[cut_columns[q] == NO_CUT] = DEAD
+        reads.append(read)
+        cuts.append(cut)
+    state = np.array([q for q, _ in order])
+    lexer = Lexer(base.terminals, np.stack(reads)[:, byte_class].astype(np.int32), base.ends[state], base.alive[state], base.starts)
+    return lexer, cut_columns[state], np.stack(cuts)[:, :, byte_class].astype(np.int32)
 
 
 def _coarsest_partition(transitions: np.ndarray, signature: np.ndarray) -> np.ndarray:
@@ -122,37 +183,6 @@ def _coarsest_partition(transitions: np.ndarray, signature: np.ndarray) -> np.nd
         block = refined
     _, first, numbered = np.unique(block, return_index=True, return_inverse=True)
     return np.argsort(np.argsort(first))[numbered.reshape(-1)]
-
-
-def _warn_where_lark_backs_up(lexer, winner, names, ignored, context_of_state, refined_terminal, refined_context) -> None:
-    """Warn where the lexer reads on past a complete lexeme into bytes that may end nowhere,
-    while the byte it read could also begin the next lexeme: Lark backs up to the shorter match
-    there, this lexer does not (a lexeme `WS_INLINE` followed by a `/` that might begin
-    `COMMENT`, as in Lark's own grammar, refuses a `REGEXP` after the space)."""
-    ends = lexer.ends.any(axis=1)
-    q, byte = np.nonzero(ends[:, None] & (lexer.transitions != DEAD) & ~ends[lexer.transitions])
-    begins = lexer.transitions[lexer.starts] != DEAD  # bool[K, 256]: a byte that begins some lexeme
-    after = np.zeros((len(names), len(lexer.starts)), bool)  # the contexts lexing goes on in after a terminal
-    after[refined_terminal, refined_context] = True
-    after = np.where(ignored[winner[q], None], np.eye(len(lexer.starts), dtype=bool)[context_of_state[q]], after[winner[q]])
-    backs_up = (after & begins[:, byte].T).any(axis=1)
-    cases = sorted(
-        {
-            (
-                names[winner[a]],
-                chr(b) if 32 < b < 127 else f"\\x{b:02x}",
-                " or ".join(names[i] for i in np.flatnonzero(lexer.alive[lexer.transitions[a, b]])),
-            )
-            for a, b in zip(q[backs_up], byte[backs_up])
-        }
-    )
-    if cases:
-        shown = "; ".join(f"after {x}, {b!r} reads on toward {t}" for x, b, t in cases[:3])
-        warnings.warn(
-            f"lexer='lark' does not back up to a shorter lexeme where Lark would: {shown}"
-            f"{' and more' if len(cases) > 3 else ''}. A text where that byte begins the next lexeme instead is refused",
-            stacklevel=5,
-        )
 
 
 def _refined_tables(lr: LRTables, context_of_state: np.ndarray) -> tuple[LRTables, np.ndarray, np.ndarray]:

@@ -14,15 +14,12 @@ terminals need nothing between them (``SELECTa`` is ``SELECT`` then the name ``a
 parser with ``lexer="dynamic_complete"`` comes closest to this reading.
 
 With ``lexer="lark"``, the text is lexed as Lark's LALR parser lexes it (its default, contextual
-lexer; `compile.lark_lexer`): only the terminals the parser can take next, longest match, and of
-the terminals matching a lexeme the first in Lark's order: higher priority, then a string literal
-before a pattern (``"select"`` before ``CNAME``), then the longer possible match, the longer
-definition, the name. Lark tries each terminal's regex in that order at a position and keeps the
-first that matches; here the longest lexeme wins first, and the lexer does not back up: where the
-bytes read can still grow into a longer lexeme, they must. The two agree unless a
-higher-priority terminal would match a shorter text than another terminal does, or a lexeme
-runs into a dead end where Lark would back up to a shorter match (the compile warns where that
-can happen).
+lexer; `compile.lark_lexer`): only the terminals the parser can take next, the longest lexeme
+one of them matches, and of the terminals matching it the first in Lark's order: higher
+priority, then a string literal before a pattern (``"select"`` before ``CNAME``), then the
+longer possible match, the longer definition, the name. Lark tries each terminal's regex in
+that order and keeps the first that matches; here the longest lexeme wins first. The two agree
+unless a higher-priority terminal matches a shorter text than another terminal does there.
 
 Terminals:
 
