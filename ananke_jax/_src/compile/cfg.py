@@ -414,7 +414,10 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, trie: TokenTrie, cuts:
             inside = child[alive] | kept[alive] | (cont[alive].astype(np.int64) << lex_shift)
             # ...or cut after a terminal that ends here and start the next one with this byte,
             # where the grammar lets the next terminal follow the one just cut.
-            pair, slot = np.nonzero(cuts.columns[lex] != NO_CUT)
+            if cuts.targets is None:
+                pair, slot = np.nonzero(cuts.columns[lex] != NO_CUT)
+            else:  # most cuts of a longest-match lexer are not allowed: only where a target is
+                pair, slot = np.nonzero(cuts.targets[lex, :, label] != DEAD)
             column = cuts.columns[lex[pair], slot]
             seq = row[pair] & seq_mask
             last = np.asarray(sequences.column)[seq]
