@@ -110,7 +110,8 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
         return _walk_outcomes(lexer, transitions, trie, cuts, sources, lr.terminals)
 
     # Later starts are never between tokens; loops' states get their outcomes per vocabulary.
-    skipped = lexer.starts[1:] if loops is None else np.union1d(lexer.starts[1:], loops.rows[0])
+    later = np.setdiff1d(lexer.starts[1:], lexer.starts[:1])  # (a context's start may be the initial one)
+    skipped = later if loops is None else np.union1d(later, loops.rows[0])
     q, string, outcome, *table = walk(transitions, spelled.trie, np.setdiff1d(np.arange(1, lexer.num_states), skipped))
     looped = None if loops is None else _loop_outcomes(lexer, loops, vocab, walk)
     if looped is not None:  # their rows follow the walk's, one pseudo-string per value after the strings

@@ -46,7 +46,8 @@ class ContextualLexing:
     Attributes:
       lr: the LR tables, columns refined by the context after the terminal (the last column is
         still the end of input).
-      lexer: the contexts' lexers side by side; ``starts[k]`` is context k's, the initial one first.
+      lexer: the contexts' lexers side by side and minimised, over (state, shadows) pairs;
+        ``starts[k]`` is context k's, the initial one first.
       column_terminal: int32[T], the lexer terminal of each LR column (-1 for the end of input).
       cut_columns: int32[Q, E], the LR columns a cut in each lexer state may emit: the refined
         columns of its winning terminal, or -1 for an ignored one; padded with ``NO_CUT``.
