@@ -11,7 +11,7 @@ import ananke_jax as aj
 
 from earley import EarleyRecogniser, SharedEarley
 from test_frontends import GRAMMAR_COUNTEREXAMPLES, GRAMMAR_EXAMPLES, load_grammar_file
-from test_pushdown import _accepts, _advance, _mask, example_prefixes, random_walk_check
+from test_pushdown import assert_walks_token_by_token, example_prefixes, is_refused, random_walk_check
 
 # sql_select.lark is left out with the 131k vocabulary: without lexer priorities, runs of letters
 # split into keywords and names in very many ways, and its compile takes minutes.
@@ -46,25 +46,13 @@ def case(request):
 def test_examples_are_accepted_token_by_token_and_complete_only_at_the_end(case):
     name, vocab, encode, cg, earley = case
     for text in GRAMMAR_EXAMPLES[name]:
-        state, data = cg.init_state(), b""
-        for token in encode(text):
-            assert bool(aj.is_allowed(_mask(cg, state), token)), (name, text, data, vocab.token_bytes(token))
-            state, data = _advance(cg, state, token), data + vocab.token_bytes(token)
-            assert bool(_accepts(cg, state)) == earley.accepts(data), (name, data)
-        assert bool(_accepts(cg, state)), (name, text)
-        assert bool(aj.is_allowed(_mask(cg, state), vocab.eos_token_ids[0]))
+        assert_walks_token_by_token(cg, vocab, encode(text), earley.accepts, (name, text))
 
 
 def test_counterexamples_are_rejected(case):
     name, _vocab, encode, cg, _ = case
     for text in GRAMMAR_COUNTEREXAMPLES[name]:
-        state, rejected = cg.init_state(), False
-        for token in encode(text):
-            if not bool(aj.is_allowed(_mask(cg, state), token)):
-                rejected = True
-                break
-            state = _advance(cg, state, token)
-        assert rejected or not bool(_accepts(cg, state)), (name, text)
+        assert is_refused(cg, encode(text)), (name, text)
 
 
 def test_full_masks_match_earley_on_random_reachable_states(case):

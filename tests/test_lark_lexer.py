@@ -14,7 +14,7 @@ from ananke_jax._src.compile.cfg import compile_ir
 from lark_reference import LarkLexing
 from oracles import unpack
 from test_frontends import GRAMMAR_COUNTEREXAMPLES, GRAMMAR_EXAMPLES, GRAMMARS_DIR
-from test_pushdown import _accepts, _advance, _assert_same, _mask, example_prefixes
+from test_pushdown import _accepts, _advance, _assert_same, _mask, assert_walks_token_by_token, example_prefixes, is_refused
 
 # Small grammars over a few characters, where Lark's lexer and ours pick the same lexemes: the
 # grammar, its characters, and how many characters at most complete a viable text.
@@ -144,22 +144,15 @@ def test_grammar_file_examples_walk_token_by_token_and_counterexamples_fail(gram
     """Each example, tokenised by the real tokenizer, is allowed token by token and complete only
     where Lark's lexer and parser say so; each counterexample is refused or left incomplete."""
     name, vocab, encode, cg, reference = grammar_file
+
+    def is_complete(data: bytes) -> bool:
+        prefix = reference.read(data.decode("utf-8", "replace"))
+        return prefix is not None and reference.is_complete(prefix)
+
     for text in GRAMMAR_EXAMPLES[name]:
-        state, data = cg.init_state(), b""
-        for token in encode(text):
-            assert bool(aj.is_allowed(_mask(cg, state), token)), (name, text, data, vocab.token_bytes(token))
-            state, data = _advance(cg, state, token), data + vocab.token_bytes(token)
-            prefix = reference.read(data.decode("utf-8", "replace"))
-            assert bool(_accepts(cg, state)) == (prefix is not None and reference.is_complete(prefix)), (name, data)
-        assert bool(_accepts(cg, state)) and bool(aj.is_allowed(_mask(cg, state), vocab.eos_token_ids[0])), (name, text)
+        assert_walks_token_by_token(cg, vocab, encode(text), is_complete, (name, text))
     for text in GRAMMAR_COUNTEREXAMPLES[name]:
-        state = cg.init_state()
-        for token in encode(text):
-            if not bool(aj.is_allowed(_mask(cg, state), token)):
-                break
-            state = _advance(cg, state, token)
-        else:
-            assert not bool(_accepts(cg, state)), (name, text)
+        assert is_refused(cg, encode(text)), (name, text)
 
 
 def test_random_walks_stay_in_what_lark_reads(grammar_file):

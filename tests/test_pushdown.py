@@ -105,6 +105,27 @@ def random_walk_check(cg, earley, vocab, rng, *, walks, steps, prefixes=()):
     return checked, overflowed
 
 
+def assert_walks_token_by_token(cg, vocab, tokens, is_complete, message):
+    """Each token is allowed in turn, the state accepts exactly where ``is_complete(bytes so
+    far)`` says, and EOS is allowed at the end."""
+    state, data = cg.init_state(), b""
+    for token in tokens:
+        assert bool(aj.is_allowed(_mask(cg, state), token)), (message, data, vocab.token_bytes(token))
+        state, data = _advance(cg, state, token), data + vocab.token_bytes(token)
+        assert bool(_accepts(cg, state)) == is_complete(data), (message, data)
+    assert bool(_accepts(cg, state)) and bool(aj.is_allowed(_mask(cg, state), vocab.eos_token_ids[0])), message
+
+
+def is_refused(cg, tokens) -> bool:
+    """Some token is masked on the way, or the state does not accept at the end."""
+    state = cg.init_state()
+    for token in tokens:
+        if not bool(aj.is_allowed(_mask(cg, state), token)):
+            return True
+        state = _advance(cg, state, token)
+    return not bool(_accepts(cg, state))
+
+
 def example_prefixes(texts, encode, rng, n):
     """The token ids of n examples, each cut after a random number of its tokens (>= 1): states
     inside strings, names and comments, where nearly every token is allowed."""

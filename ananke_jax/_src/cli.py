@@ -103,10 +103,12 @@ def _constraint(args, vocab: aj.Vocabulary):
             cg = aj.compile_grammar(ir, vocab)
         import lark
 
-        parser = lark.Lark(to_lark(ir), start=lark_names(ir)[ir.start], parser="earley", lexer="dynamic")
+        parser = None
         if ir.lexer == "lark":  # Lark's own lexer, where its LALR tables (which that lexer needs) build
             with contextlib.suppress(lark.exceptions.GrammarError):
                 parser = lark.Lark(text, parser="lalr")
+        if parser is None:
+            parser = lark.Lark(to_lark(ir), start=lark_names(ir)[ir.start], parser="earley", lexer="dynamic")
         return cg, lambda t: _error(lambda: parser.parse(t)), f"grammar {path.name}"
     schema = DEFAULT_SCHEMA
     with _naming(pathlib.Path(args.schema or "(embedded person record)")):
