@@ -14,6 +14,7 @@ import ananke_jax as aj
 from ananke_jax._src.bank import trie_parents
 from ananke_jax._src.compile.cfg import cfg_tables, compile_ir
 from ananke_jax._src.compile.outcome_trie import chunk_layout
+from ananke_jax._src.engines.lr import paths_of
 from ananke_jax._src.ir import grammar
 
 from cfg_grammars import (
@@ -218,6 +219,45 @@ def test_forking_grammar_under_scan_vmap_and_jit_matches_the_step_by_step_walk()
             np.testing.assert_array_equal(masks[i, j], _mask(cg, state))
             assert bool(accepts[i, j]) == bool(_accepts(cg, state))
             state = _advance(cg, state, token)
+
+
+@pytest.mark.parametrize(
+    "g, tokens",
+    [
+        pytest.param(DANGLING_ELSE, None, id="dangling-else"),  # parse forks
+        pytest.param(WORDS, WORDS_TOKENS, id="ambiguous-lexing"),  # configurations in distinct lexer states
+        pytest.param(JSON, None, id="json"),
+    ],
+)
+def test_the_accelerator_paths_step_as_the_cpu_paths(g, tokens):
+    """Programs lowered for an accelerator take several LR actions a loop trip and every
+    configuration's mask at once: along random walks, under `lax.scan` and `vmap`, their masks
+    and states equal the CPU paths' exactly."""
+    rng = np.random.default_rng(5)
+    vocab = aj.Vocabulary.from_tokens(tokens or _character_tokens(g, rng, 40), eos_token_ids=[0])
+    cg = compile_ir(g, vocab)
+    walks = []
+    for _ in range(6):  # random walks of allowed tokens, one state at a time
+        state, tokens = cg.init_state(), []
+        for _ in range(10):
+            allowed = np.flatnonzero(unpack(_mask(cg, state))[1 : len(vocab)]) + 1
+            tokens.append(int(rng.choice(allowed)) if allowed.size else 0)  # EOS once complete
+            state = _advance(cg, state, tokens[-1])
+        walks.append(tokens)
+
+    def scan_walks(cg, tokens):
+        def walk(tokens):
+            body = lambda state, token: (aj.advance(cg, state, token), (aj.token_mask(cg, state), state))
+            return jax.lax.scan(body, cg.init_state(), tokens)[1]
+
+        return jax.vmap(walk)(tokens)
+
+    stepped = {}
+    for platform in ("cpu", "accelerator"):
+        with paths_of(platform):
+            stepped[platform] = jax.device_get(jax.jit(scan_walks)(cg, jnp.asarray(walks, jnp.int32)))
+    assert int(stepped["cpu"][1].live.sum(axis=-1).max()) >= (1 if g is JSON else 2)
+    chex.assert_trees_all_equal(stepped["cpu"], stepped["accelerator"])
 
 
 def test_a_grammar_without_conflicts_never_forks():

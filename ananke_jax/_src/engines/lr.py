@@ -8,6 +8,8 @@ static bounds or bounded trip counts; nothing branches on traced values in Pytho
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import NamedTuple
 
 import jax
@@ -41,6 +43,8 @@ def fork_width(action_columns: int, max_configs: int) -> int:
     holds several, into as many parses as the state keeps configurations."""
     return 1 if action_columns == 1 else max_configs
 
+
+ACCELERATOR_ACTIONS = 4  # LR actions per loop trip on an accelerator (a terminal: its reductions, then a shift)
 
 _OK, _OVERFLOW = 1, 2  # the flag bits of a packed `_Parse`
 
@@ -198,12 +202,61 @@ def _running(p: _Parse, length):
     return p.ok & (p.pos < length)
 
 
+_traced_paths: list[str] = []  # set by `paths_of`
+
+
+def by_platform(operand, *, cpu, accelerator):
+    """``cpu(operand)`` in a program that runs on a CPU, else ``accelerator(operand)``: on a CPU
+    a loop trip costs its work, on an accelerator a read back of its predicate to the host (the
+    choice is made when the program is lowered, unless `paths_of` says otherwise)."""
+    if _traced_paths:
+        return {"cpu": cpu, "accelerator": accelerator}[_traced_paths[-1]](operand)
+    return jax.lax.platform_dependent(operand, cpu=cpu, default=accelerator)
+
+
+@contextlib.contextmanager
+def paths_of(platform: str):
+    """Within it, programs traced take the paths of ``platform`` (``"cpu"`` or ``"accelerator"``)
+    wherever they run: for tests of both paths, and counting an accelerator's loop trips on a CPU."""
+    if platform not in ("cpu", "accelerator"):
+        raise ValueError(f"platform must be 'cpu' or 'accelerator', got {platform!r}")
+    jax.clear_caches()  # traces cached outside would keep their paths (and ours outlive it)
+    _traced_paths.append(platform)
+    try:
+        yield
+    finally:
+        _traced_paths.pop()
+        jax.clear_caches()
+
+
+def _actions(step, p: _Parse, count: int) -> _Parse:
+    """``count`` applications of ``step`` (an action on a parse that is done is a no-op)."""
+    return functools.reduce(lambda x, _: step(x), range(count), p)
+
+
+def _ran_out(p: _Parse, length) -> _Parse:
+    """``p`` with the forks still reading their ``length`` terminals flagged as overflow (they ran
+    out of actions)."""
+    return _parse(p.stack, p.height, p.top, p.pos, p.ok, p.overflow | _running(p, length))
+
+
 def _run(step, p: _Parse, length, limit: int) -> _Parse:
     """Apply ``step`` (parse -> parse, on simulations of any batch shape) until no fork is still
-    reading its ``length`` terminals, or for ``limit`` trips: forks then still reading ran out
-    of actions, which counts as overflow."""
-    p, _ = jax.lax.while_loop(lambda x: _running(x[0], length).any() & (x[1] < limit), lambda x: (step(x[0]), x[1] + 1), (p, jnp.int32(0)))
-    return _parse(p.stack, p.height, p.top, p.pos, p.ok, p.overflow | _running(p, length))
+    reading its ``length`` terminals, or for ``limit`` actions: forks then still reading ran out
+    of actions, which counts as overflow.
+
+    The first actions run before the loop, and on an accelerator a trip takes
+    `ACCELERATOR_ACTIONS` (an action on a parse that is done is a no-op), so that most runs make
+    no trip."""
+
+    def run(unroll: int):
+        def body(carry):
+            return _actions(step, carry[0], unroll), carry[1] + unroll
+
+        again = lambda carry: _running(carry[0], length).any() & (carry[1] < limit)
+        return lambda p: jax.lax.while_loop(again, body, (_actions(step, p, unroll), jnp.int32(unroll)))[0]
+
+    return _ran_out(by_platform(p, cpu=run(1), accelerator=run(ACCELERATOR_ACTIONS)), length)
 
 
 def feed(lr: LRActions, stack, depth, terminals, length) -> _Parse:
@@ -213,7 +266,8 @@ def feed(lr: LRActions, stack, depth, terminals, length) -> _Parse:
     with ``ok & (pos >= length)`` accepted it.
     """
     step = lambda p: _act(lr, terminals[jnp.minimum(p.pos, terminals.shape[0] - 1)], length, p)
-    p = _run(step, _fresh(lr, stack, depth), length, terminals.shape[0] * (stack.shape[0] + 2))  # D + 2 actions a terminal
+    limit = terminals.shape[0] * (stack.shape[0] + 2)  # D + 2 actions a terminal
+    p = _run(step, _fresh(lr, stack, depth), length, limit)
     return _Parse(p.packed.reshape(lr.forks, -1))
 
 
@@ -250,17 +304,45 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
         ok = inside & lane.ok & (root[..., 0] | (lane.pos == 1))
         return _parse(lane.stack, lane.height, lane.top, 0, ok, lane.overflow), jax.lax.dynamic_slice(column_of, (start,), (lanes,))
 
-    def run_chunk(carry):
-        """Load chunk ``c``, run its lanes to the end of their terminal, store them, move on."""
-        c, nodes = carry
-        lane, column = load(c, nodes)
-        lane = _run(lambda x: act(column, x), lane, 1, limit)
-        nodes = _Parse(jax.lax.dynamic_update_slice_in_dim(nodes.packed, lane.packed, starts[c], 0))
-        return next_chunk(c, nodes), nodes
+    def store(c, nodes: _Parse, lane: _Parse) -> _Parse:
+        return _Parse(jax.lax.dynamic_update_slice_in_dim(nodes.packed, lane.packed, c, 0))
+
+    def in_turn(nodes: _Parse) -> _Parse:
+        """A loop over the chunks, each run to the end of its lanes' terminal (on a CPU, where a
+        trip costs its work)."""
+
+        def run_chunk(carry):
+            c, nodes = carry
+            lane, column = load(c, nodes)
+            nodes = store(starts[c], nodes, _run(lambda x: act(column, x), lane, 1, limit))
+            return next_chunk(c, nodes), nodes
+
+        # The first chunk runs outside the loop (without chunks, its lanes are all refused).
+        return jax.lax.while_loop(lambda c: c[0] < chunks, run_chunk, run_chunk((jnp.int32(0), nodes)))[1]
+
+    def interleaved(nodes: _Parse) -> _Parse:
+        """One loop (on an accelerator, where a trip costs a read back of its predicate): a trip
+        takes `ACCELERATOR_ACTIONS` actions on the lanes of the chunk, and once they are done
+        stores them and loads the next chunk (until then it stores them in the spare rows past
+        the last node, which no node reads)."""
+        spare = parent_of.shape[0] - lanes
+
+        def trip(carry):
+            c, nodes, lane, column, taken = carry
+            lane, taken = _actions(lambda x: act(column, x), lane, ACCELERATOR_ACTIONS), taken + ACCELERATOR_ACTIONS
+            done = ~_running(lane, 1).any() | (taken >= limit)
+            nodes = store(jnp.where(done, starts[c], spare), nodes, _ran_out(lane, 1))
+            c = jnp.where(done, next_chunk(c, nodes), c)
+            lane, column = jax.tree_util.tree_map(lambda new, old: jnp.where(done, new, old), load(c, nodes), (lane, column))
+            return c, nodes, lane, column, jnp.where(done, 0, taken)
+
+        # The first trip runs outside the loop (without chunks, its lanes are all refused).
+        first = trip((jnp.int32(0), nodes, *load(0, nodes), jnp.int32(0)))
+        return jax.lax.while_loop(lambda c: c[0] < chunks, trip, first)[1]
 
     nodes = _Parse(jnp.zeros(parent_of.shape + fresh.packed.shape, jnp.int32))
     limit = cg.stack_depth + 2  # actions for one terminal: the reductions, then a shift
-    return jax.lax.while_loop(lambda c: c[0] < chunks, run_chunk, (jnp.int32(0), nodes))[1]
+    return by_platform(nodes, cpu=in_turn, accelerator=interleaved)
 
 
 def _verdicts(cg, lr: LRActions, stack, depth, lexer):

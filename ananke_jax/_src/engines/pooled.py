@@ -105,10 +105,6 @@ class PushdownPool:
     lanes: int
     rows_in_turn: bool
 
-    # Rows in turn run unbatched, so the cheaper single-pair branch pays; vmapped rows would run
-    # both branches (see `pushdown_advance`).
-    single_pair_path = property(lambda self: self.rows_in_turn)
-
     def lr_actions(self) -> LRActions:
         return LRActions(self.packed_action, self.goto, fork_width(self.packed_action.shape[-1], self.max_configs))
 

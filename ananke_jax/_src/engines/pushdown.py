@@ -15,12 +15,13 @@ have static bounds or bounded trip counts; nothing branches on traced values in 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from ananke_jax._src.engines.lr import LRActions, feed, fork_width, pack_actions, with_verdicts
+from ananke_jax._src.engines.lr import LRActions, by_platform, feed, fork_width, pack_actions, with_verdicts
 from ananke_jax._src.engines.masks import is_allowed
 from ananke_jax._src.engines.protocol import Constraint
 
@@ -121,8 +122,6 @@ class PushdownGrammar(Constraint):
         """The state before any token: one configuration, the LR start state on the stack."""
         return pushdown_init(self, self.lr_start, self.lexer_start)
 
-    single_pair_path = True  # see `pushdown_advance`
-
     def lr_actions(self) -> LRActions:
         """The LR tables in the form the simulations read them (derived once per step)."""
         action = pack_actions(self.action_kind, self.action_arg, self.rule_lhs, self.rule_length)
@@ -215,14 +214,19 @@ def pushdown_accepts(state: PushdownState) -> jax.Array:
 def pushdown_mask(cg: PushdownGrammar, state: PushdownState) -> jax.Array:
     """uint32[W]: the allowed tokens, EOS included exactly when the output is complete.
 
-    The first configuration is done outside the loop (a loop trip costs more than its work),
-    then one trip per further configuration up to the last live one (usually none)."""
+    On a CPU the first configuration is done outside a loop, then one trip per further
+    configuration up to the last live one (usually none); on an accelerator, where a trip
+    costs more than its work, every configuration at once."""
 
     def config_tokens(i):
         return _config_tokens(cg, state.outcome_ok[i] & state.live[i], state.lexer[i])
 
-    body = lambda carry: (carry[0] + 1, carry[1] | config_tokens(carry[0]))
-    tokens = jax.lax.while_loop(lambda c: c[0] < _live_count(state), body, (jnp.int32(1), config_tokens(0)))[1]
+    def in_turn(state):
+        body = lambda carry: (carry[0] + 1, carry[1] | config_tokens(carry[0]))
+        return jax.lax.while_loop(lambda c: c[0] < _live_count(state), body, (jnp.int32(1), config_tokens(0)))[1]
+
+    together = lambda state: functools.reduce(jnp.bitwise_or, [config_tokens(i) for i in range(cg.max_configs)])
+    tokens = by_platform(state, cpu=in_turn, accelerator=together)
     eos = jnp.where(pushdown_accepts(state), cg.eos_mask, jnp.uint32(0))
     return jnp.where(state.finished, jnp.uint32(0), tokens) | eos
 
@@ -276,10 +280,9 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
     token; the survivors (deduplicated, at most K, in order) form the new state.
 
     The valid (configuration, outcome) pairs are gathered first and followed K at a time, so a
-    step costs what its valid pairs cost, not K times the largest outcome set; with
-    ``cg.single_pair_path`` the usual single pair skips the deduplication. Under `vmap` a
-    `lax.cond` on a per-state predicate runs both branches with every operand broadcast to the
-    batch, tables included, so tables that always run batched (the pool's) turn it off. Where
+    step costs what its valid pairs cost, not K times the largest outcome set. The first round
+    runs outside the loop: it holds every pair of the usual step, and on an accelerator a loop
+    trip (or a `lax.cond`) costs a read back of its predicate, more than a round's work. Where
     the LR tables conflict, a pair makes a configuration per fork of its simulation.
     """
     token = jnp.asarray(token, jnp.int32)
@@ -306,20 +309,8 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
         kept = jax.tree_util.tree_map(lambda a, b: a.at[position].set(b, mode="drop"), kept, made)
         return r + 1, kept, live.at[position].set(True, mode="drop"), overflow | (fresh & (position >= k)).any()
 
-    def one_pair():
-        """The usual step: one valid pair makes the only configurations, one per fork (the
-        forks are distinct: no deduplication)."""
-        made, real = follow(pairs[0], True)
-        kept = jax.tree_util.tree_map(lambda e, x: e.at[: lr.forks].set(x), empty, made)
-        return kept, jnp.zeros(k, jnp.bool_).at[: lr.forks].set(real), state.overflow
-
-    def rounds():
-        init = (jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow)  # no round for EOS or a forbidden token
-        return jax.lax.while_loop(lambda c: c[0] * k < count, round_, init)[1:]
-
-    # A static choice: tables meant for one state at a time take the cheaper single-pair path;
-    # pooled tables, always run batched, take the rounds alone (a vmapped cond would run both).
-    kept, live, overflow = jax.lax.cond(count == 1, one_pair, rounds) if cg.single_pair_path else rounds()
+    first = round_((jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow))  # no pair for EOS or a forbidden token
+    kept, live, overflow = jax.lax.while_loop(lambda c: c[0] * k < count, round_, first)[1:]
     # A configuration the state already had keeps its verdicts: they depend on it alone.
     match = _same(kept, _Configs(state.stacks, state.depth, state.lexer)) & live[:, None] & state.live[None, :]
     known, source = match.any(axis=1), jnp.argmax(match, axis=1)
