@@ -7,6 +7,7 @@ import pytest
 import ananke_jax as aj
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.budget import charge_states, check_time, metered
+from ananke_jax._src.compile.regex import parse_regex
 
 
 def _nested_one_of(depth: int) -> dict:
@@ -109,3 +110,15 @@ def test_the_estimate_counts_shared_subtrees_once_and_repeats_per_copy():
     assert rx.nfa_size(tree) < 100 * 8 + 10  # 100 branches of a class, a text and a seq: the star once
     assert rx.nfa_size(rx.repeat(rx.repeat(rx.Text("a"), 10, 10), 10, 10)) >= 2 * 100
     assert rx.nfa_size(rx.EMPTY) == 1
+
+
+def test_an_automaton_built_before_is_kept_and_still_charged_to_the_budget():
+    """An equal regex tree gets the DFA built the first time (read-only, so no caller can change
+    it), and a compile whose budget that DFA is over refuses it as if it were built again."""
+    pattern = "(a|b)*a(a|b){8}"  # a small NFA, a DFA of 2^9 states
+    dfa = rx.to_dfa(parse_regex(pattern))
+    assert rx.to_dfa(parse_regex(pattern)) is dfa
+    assert not dfa.transitions.flags.writeable and not dfa.accepting.flags.writeable
+    assert rx.nfa_size(parse_regex(pattern)) < 100 < dfa.num_states
+    with metered(aj.CompileBudget(max_states=100)), pytest.raises(aj.BudgetError, match="max_states=100"):
+        rx.to_dfa(parse_regex(pattern))

@@ -14,6 +14,7 @@ Nodes:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -245,17 +246,35 @@ def join(items: list[Node], separator: Node) -> Node:
 # --- compilation -----------------------------------------------------------------------------
 
 
+_BUILT: collections.OrderedDict[Node, ByteDFA] = collections.OrderedDict()  # see `to_dfa`
+_BUILT_ENTRIES, _BUILT_MAX_STATES = 512, 20_000
+
+
 @pausing_gc
 def to_dfa(node: Node) -> ByteDFA:
     """The minimal byte DFA of ``node`` (start 0 when the language is empty).
+
+    The DFAs of the last few hundred trees built in this process are kept (read-only), and a
+    tree equal to one of them is not built again: grammars and schemas share their terminals
+    (strings, numbers, whitespace, formats). A kept DFA is charged to the budget as if built.
 
     Raises:
       BudgetError: its NFA, estimated before it is built, or its DFA is over the compile budget.
     """
     charge_states(nfa_size(node), "a regex's NFA")
+    if (dfa := _BUILT.get(node)) is not None:
+        _BUILT.move_to_end(node)
+        charge_states(dfa.num_states, "a regex's DFA")
+        return dfa
     builder = NFABuilder()
     end = builder.state()
-    return determinise(builder, Fragment(to_nfa(node, builder, end, {}), end))
+    dfa = determinise(builder, Fragment(to_nfa(node, builder, end, {}), end))
+    if dfa.num_states <= _BUILT_MAX_STATES:
+        dfa.transitions.setflags(write=False), dfa.accepting.setflags(write=False)
+        _BUILT[node] = dfa
+        if len(_BUILT) > _BUILT_ENTRIES:
+            _BUILT.popitem(last=False)
+    return dfa
 
 
 def nfa_size(node: Node, *, repeated: bool = True) -> int:

@@ -86,8 +86,15 @@ def string_body(min_length: int, max_length: int | None, values: list[rx.Node], 
     unbounded).
 
     The automaton of ``values`` is built here even where the tree is returned, so that one over
-    the compile budget fails in its own subschema (and the error names its pointer).
+    the compile budget fails in its own subschema (and the error names its pointer). The last
+    few hundred bodies are kept, so that schemas with the same string constraints (a ``format``,
+    a ``pattern``) get the same node, whose automaton `rx.to_dfa` has kept too.
     """
+    return _string_body(min_length, max_length, tuple(values), longest)
+
+
+@functools.lru_cache(maxsize=256)
+def _string_body(min_length: int, max_length: int | None, values: tuple[rx.Node, ...], longest: int | None) -> rx.Node:
     dfa = _all_of(values) if values else None
     if dfa is not None and rx.difference(_every_spelling(), dfa).start == DEAD:
         dfa = None  # a pattern every string matches (``[\s\S]*``): the length alone bounds it
