@@ -271,7 +271,7 @@ def feed(lr: LRActions, stack, depth, terminals, length) -> _Parse:
     return _Parse(p.packed.reshape(lr.forks, -1))
 
 
-def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
+def _walk_trie(cg, lr: LRActions, stack, depth, lexer, skip=False) -> _Parse:
     """Feed the terminals of lexer state ``lexer``'s trie to one configuration, a chunk of
     ``cg.lanes`` nodes at a time, each node one terminal after its parent. Chunks whose nodes'
     parents were all refused are skipped (their nodes stay refused).
@@ -281,7 +281,7 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
     """
     lanes, fresh = cg.lanes, _fresh(lr, stack, depth)
     parent_of, column_of, chunk_of = cg.node_parent[lexer], cg.node_column[lexer], cg.node_chunk[lexer]
-    chunks, starts = cg.num_chunks[lexer], cg.chunk_start[lexer]
+    chunks, starts = jnp.where(skip, 0, cg.num_chunks[lexer]), cg.chunk_start[lexer]
     act = jax.vmap(lambda col, p: _act(lr, col, 1, p))
 
     def next_chunk(c, nodes: _Parse):
@@ -345,12 +345,13 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer) -> _Parse:
     return by_platform(nodes, cpu=in_turn, accelerator=interleaved)
 
 
-def _verdicts(cg, lr: LRActions, stack, depth, lexer):
+def _verdicts(cg, lr: LRActions, stack, depth, lexer, skip=False):
     """What one configuration allows: bool[P], its lexer state's outcomes that the stack takes
     (their terminals accepted, then one of their lookahead terminals, or none needed); bool[],
     whether the output is complete (EOS allowed); and bool[], whether an outcome was refused
-    for lack of stack depth."""
-    nodes = _walk_trie(cg, lr, stack, depth, lexer)
+    for lack of stack depth. Where ``skip`` (bool[]), the trie walk stops after its first trip
+    and what it returns is to be ignored."""
+    nodes = _walk_trie(cg, lr, stack, depth, lexer, skip)
     accepted = _accepted(lr, nodes)
     node, lookahead = cg.outcome_node[lexer], cg.outcome_lookahead[lexer]
     terminals_ok = (node < 0) | accepted[jnp.maximum(node, 0)]
@@ -368,16 +369,25 @@ def _verdicts(cg, lr: LRActions, stack, depth, lexer):
 
 def with_verdicts(cg, state, known):
     """Fill in the verdicts of the live configurations not ``known`` (bool[K]: their verdicts
-    are already in the state), one loop trip each."""
+    are already in the state): on a CPU one loop trip each; on an accelerator all at once
+    (vmapped, so that their trie walks share one loop's trips)."""
     lr, need = cg.lr_actions(), state.live & ~known
-    order = jnp.argsort(~need, stable=True)  # the configurations to compute first
 
-    def body(carry):
-        r, valid, complete, blocked = carry
-        i = order[r]
-        v, c, b = _verdicts(cg, lr, state.stacks[i], state.depth[i], state.lexer[i])
-        return r + 1, valid.at[i].set(v), complete.at[i].set(c), blocked | b
+    def in_turn(need):
+        order = jnp.argsort(~need, stable=True)  # the configurations to compute first
 
-    init = (jnp.int32(0), state.outcome_ok, state.complete, jnp.bool_(False))
-    _, valid, complete, blocked = jax.lax.while_loop(lambda c: c[0] < need.sum(), body, init)
+        def body(carry):
+            r, valid, complete, blocked = carry
+            i = order[r]
+            v, c, b = _verdicts(cg, lr, state.stacks[i], state.depth[i], state.lexer[i])
+            return r + 1, valid.at[i].set(v), complete.at[i].set(c), blocked | b
+
+        init = (jnp.int32(0), state.outcome_ok, state.complete, jnp.bool_(False))
+        return jax.lax.while_loop(lambda c: c[0] < need.sum(), body, init)[1:]
+
+    def together(need):
+        v, c, b = jax.vmap(lambda *config: _verdicts(cg, lr, *config))(state.stacks, state.depth, state.lexer, ~need)
+        return jnp.where(need[:, None], v, state.outcome_ok), jnp.where(need, c, state.complete), (need & b).any()
+
+    valid, complete, blocked = by_platform(need, cpu=in_turn, accelerator=together)
     return state._replace(outcome_ok=valid, complete=complete, overflow=state.overflow | blocked)
