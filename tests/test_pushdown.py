@@ -184,20 +184,27 @@ def test_where_the_lr_tables_conflict_parses_fork_and_masks_match_earley(g, fork
     assert random_walk_check(cg, SharedEarley(g), vocab, rng, walks=30, steps=steps)[0] >= 100
 
 
+def _random_walks(cg, vocab, rng, *, walks: int, steps: int) -> list[list[int]]:
+    """Token ids of random walks of allowed tokens (EOS, id 0, once complete), stepped one state
+    at a time."""
+    out = []
+    for _ in range(walks):
+        state, tokens = cg.init_state(), []
+        for _ in range(steps):
+            allowed = np.flatnonzero(unpack(_mask(cg, state))[1 : len(vocab)]) + 1
+            tokens.append(int(rng.choice(allowed)) if allowed.size else 0)
+            state = _advance(cg, state, tokens[-1])
+        out.append(tokens)
+    return out
+
+
 def test_forking_grammar_under_scan_vmap_and_jit_matches_the_step_by_step_walk():
     """The dangling else under one jitted `lax.scan` per walk, vmapped over walks, traced once:
     every state's mask and acceptance equal the step-by-step ones, forks included."""
     rng = np.random.default_rng(3)
     vocab = aj.Vocabulary.from_tokens(_character_tokens(DANGLING_ELSE, rng, 20), eos_token_ids=[0])
     cg = compile_ir(DANGLING_ELSE, vocab)
-    walks = []
-    for _ in range(4):  # random walks of allowed tokens, one state at a time
-        state, tokens = cg.init_state(), []
-        for _ in range(6):
-            allowed = np.flatnonzero(unpack(_mask(cg, state))[1 : len(vocab)]) + 1
-            tokens.append(int(rng.choice(allowed)) if allowed.size else 0)  # EOS once complete
-            state = _advance(cg, state, tokens[-1])
-        walks.append(tokens)
+    walks = _random_walks(cg, vocab, rng, walks=4, steps=6)
 
     @jax.jit
     @chex.assert_max_traces(n=1)
@@ -236,14 +243,7 @@ def test_the_accelerator_paths_step_as_the_cpu_paths(g, tokens):
     rng = np.random.default_rng(5)
     vocab = aj.Vocabulary.from_tokens(tokens or _character_tokens(g, rng, 40), eos_token_ids=[0])
     cg = compile_ir(g, vocab)
-    walks = []
-    for _ in range(6):  # random walks of allowed tokens, one state at a time
-        state, tokens = cg.init_state(), []
-        for _ in range(10):
-            allowed = np.flatnonzero(unpack(_mask(cg, state))[1 : len(vocab)]) + 1
-            tokens.append(int(rng.choice(allowed)) if allowed.size else 0)  # EOS once complete
-            state = _advance(cg, state, tokens[-1])
-        walks.append(tokens)
+    walks = _random_walks(cg, vocab, rng, walks=6, steps=10)
 
     def scan_walks(cg, tokens):
         def walk(tokens):
