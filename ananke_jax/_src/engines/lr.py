@@ -205,13 +205,15 @@ def _running(p: _Parse, length):
 _traced_paths: list[str] = []  # set by `paths_of`
 
 
-def by_platform(operand, *, cpu, accelerator):
-    """``cpu(operand)`` in a program that runs on a CPU, else ``accelerator(operand)``: on a CPU
-    a loop trip costs its work, on an accelerator a read back of its predicate to the host (the
-    choice is made when the program is lowered, unless `paths_of` says otherwise)."""
+def on_accelerator() -> bool:
+    """Whether the program being traced takes the accelerator's paths: where jax's default
+    backend is not a CPU, unless `paths_of` says otherwise. On a CPU a loop trip costs its work,
+    on an accelerator a read back of its predicate to the host; both paths give equal results.
+    (The choice is made once, when tracing: `lax.platform_dependent` would trace both paths at
+    every nesting level.)"""
     if _traced_paths:
-        return {"cpu": cpu, "accelerator": accelerator}[_traced_paths[-1]](operand)
-    return jax.lax.platform_dependent(operand, cpu=cpu, default=accelerator)
+        return _traced_paths[-1] == "accelerator"
+    return jax.default_backend() != "cpu"
 
 
 @contextlib.contextmanager
@@ -249,14 +251,14 @@ def _run(step, p: _Parse, length, limit: int) -> _Parse:
     `ACCELERATOR_ACTIONS` (an action on a parse that is done is a no-op), so that most runs make
     no trip."""
 
-    def run(unroll: int):
-        def body(carry):
-            return _actions(step, carry[0], unroll), carry[1] + unroll
+    unroll = ACCELERATOR_ACTIONS if on_accelerator() else 1
 
-        again = lambda carry: _running(carry[0], length).any() & (carry[1] < limit)
-        return lambda p: jax.lax.while_loop(again, body, (_actions(step, p, unroll), jnp.int32(unroll)))[0]
+    def body(carry):
+        return _actions(step, carry[0], unroll), carry[1] + unroll
 
-    return _ran_out(by_platform(p, cpu=run(1), accelerator=run(ACCELERATOR_ACTIONS)), length)
+    again = lambda carry: _running(carry[0], length).any() & (carry[1] < limit)
+    p, _ = jax.lax.while_loop(again, body, (_actions(step, p, unroll), jnp.int32(unroll)))
+    return _ran_out(p, length)
 
 
 def feed(lr: LRActions, stack, depth, terminals, length) -> _Parse:
@@ -342,7 +344,7 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer, skip=False) -> _Parse:
 
     nodes = _Parse(jnp.zeros(parent_of.shape + fresh.packed.shape, jnp.int32))
     limit = cg.stack_depth + 2  # actions for one terminal: the reductions, then a shift
-    return by_platform(nodes, cpu=in_turn, accelerator=interleaved)
+    return (interleaved if on_accelerator() else in_turn)(nodes)
 
 
 def _verdicts(cg, lr: LRActions, stack, depth, lexer, skip=False):
@@ -373,7 +375,10 @@ def with_verdicts(cg, state, known):
     (vmapped, so that their trie walks share one loop's trips)."""
     lr, need = cg.lr_actions(), state.live & ~known
 
-    def in_turn(need):
+    if on_accelerator():
+        v, c, b = jax.vmap(lambda *config: _verdicts(cg, lr, *config))(state.stacks, state.depth, state.lexer, ~need)
+        valid, complete, blocked = jnp.where(need[:, None], v, state.outcome_ok), jnp.where(need, c, state.complete), (need & b).any()
+    else:
         order = jnp.argsort(~need, stable=True)  # the configurations to compute first
 
         def body(carry):
@@ -383,11 +388,5 @@ def with_verdicts(cg, state, known):
             return r + 1, valid.at[i].set(v), complete.at[i].set(c), blocked | b
 
         init = (jnp.int32(0), state.outcome_ok, state.complete, jnp.bool_(False))
-        return jax.lax.while_loop(lambda c: c[0] < need.sum(), body, init)[1:]
-
-    def together(need):
-        v, c, b = jax.vmap(lambda *config: _verdicts(cg, lr, *config))(state.stacks, state.depth, state.lexer, ~need)
-        return jnp.where(need[:, None], v, state.outcome_ok), jnp.where(need, c, state.complete), (need & b).any()
-
-    valid, complete, blocked = by_platform(need, cpu=in_turn, accelerator=together)
+        valid, complete, blocked = jax.lax.while_loop(lambda c: c[0] < need.sum(), body, init)[1:]
     return state._replace(outcome_ok=valid, complete=complete, overflow=state.overflow | blocked)

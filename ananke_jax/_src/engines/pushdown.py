@@ -21,7 +21,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ananke_jax._src.engines.lr import LRActions, by_platform, feed, fork_width, pack_actions, with_verdicts
+from ananke_jax._src.engines.lr import LRActions, feed, fork_width, on_accelerator, pack_actions, with_verdicts
 from ananke_jax._src.engines.masks import is_allowed
 from ananke_jax._src.engines.protocol import Constraint
 
@@ -221,12 +221,11 @@ def pushdown_mask(cg: PushdownGrammar, state: PushdownState) -> jax.Array:
     def config_tokens(i):
         return _config_tokens(cg, state.outcome_ok[i] & state.live[i], state.lexer[i])
 
-    def in_turn(state):
+    if on_accelerator():
+        tokens = functools.reduce(jnp.bitwise_or, [config_tokens(i) for i in range(cg.max_configs)])
+    else:
         body = lambda carry: (carry[0] + 1, carry[1] | config_tokens(carry[0]))
-        return jax.lax.while_loop(lambda c: c[0] < _live_count(state), body, (jnp.int32(1), config_tokens(0)))[1]
-
-    together = lambda state: functools.reduce(jnp.bitwise_or, [config_tokens(i) for i in range(cg.max_configs)])
-    tokens = by_platform(state, cpu=in_turn, accelerator=together)
+        tokens = jax.lax.while_loop(lambda c: c[0] < _live_count(state), body, (jnp.int32(1), config_tokens(0)))[1]
     eos = jnp.where(pushdown_accepts(state), cg.eos_mask, jnp.uint32(0))
     return jnp.where(state.finished, jnp.uint32(0), tokens) | eos
 
