@@ -219,16 +219,15 @@ def on_accelerator() -> bool:
 @contextlib.contextmanager
 def paths_of(platform: str):
     """Within it, programs traced take the paths of ``platform`` (``"cpu"`` or ``"accelerator"``)
-    wherever they run: for tests of both paths, and counting an accelerator's loop trips on a CPU."""
+    wherever they run: for tests of both paths, and counting an accelerator's loop trips on a CPU.
+    A function jitted outside and traced before keeps its trace: jit a new one inside."""
     if platform not in ("cpu", "accelerator"):
         raise ValueError(f"platform must be 'cpu' or 'accelerator', got {platform!r}")
-    jax.clear_caches()  # traces cached outside would keep their paths (and ours outlive it)
     _traced_paths.append(platform)
     try:
         yield
     finally:
         _traced_paths.pop()
-        jax.clear_caches()
 
 
 def _actions(step, p: _Parse, count: int) -> _Parse:

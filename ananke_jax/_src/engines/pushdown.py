@@ -165,10 +165,17 @@ jax.tree_util.register_dataclass(
 )
 
 
-@jax.jit  # tables as arguments: traced eagerly, they would be baked into the program as constants
 def pushdown_init(cg: PushdownGrammar, lr_start, lexer_start) -> PushdownState:
     """The state before any token: one configuration, LR state ``lr_start`` (int32[]) on the
     stack and lexer state ``lexer_start`` (int32[])."""
+    return _init(cg, lr_start, lexer_start, accelerator=on_accelerator())
+
+
+# Jitted with the tables as arguments (traced eagerly, they would be baked into the program as
+# constants), and the paths as a static argument, so that each set of paths has its own trace.
+@functools.partial(jax.jit, static_argnames="accelerator")
+def _init(cg: PushdownGrammar, lr_start, lexer_start, *, accelerator: bool) -> PushdownState:
+    del accelerator  # the key of the trace: `on_accelerator()` gives the same inside
     k, d = cg.max_configs, cg.stack_depth
     state = PushdownState(
         stacks=jnp.zeros((k, d), jnp.int32).at[0, 0].set(lr_start),
