@@ -270,7 +270,8 @@ def to_dfa(node: Node) -> ByteDFA:
     end = builder.state()
     dfa = determinise(builder, Fragment(to_nfa(node, builder, end, {}), end))
     if dfa.num_states <= _BUILT_MAX_STATES:
-        dfa.transitions.setflags(write=False), dfa.accepting.setflags(write=False)
+        dfa.transitions.setflags(write=False)
+        dfa.accepting.setflags(write=False)
         _BUILT[node] = dfa
         if len(_BUILT) > _BUILT_ENTRIES:
             _BUILT.popitem(last=False)
