@@ -26,7 +26,7 @@ from ananke_jax._src.ir import Rule, TerminalDef
 from ananke_jax._src.json_schema import numbers, strings
 from ananke_jax._src.json_schema.api import compile_in_pieces, json_schema_rules
 from ananke_jax._src.json_schema.assemble import inline, recursive_rules, to_grammar
-from ananke_jax._src.json_schema.gaps import expand_gaps, with_bounded_gaps
+from ananke_jax._src.json_schema.gaps import MAX_WHITESPACE_RUN, expand_gaps, with_bounded_gaps
 
 from earley import EarleyRecogniser
 from json_schemas import EXAMPLES, RECURSIVE, REGULAR
@@ -134,12 +134,13 @@ def test_examples_are_valid_and_accepted_token_by_token(name, sentencepiece_voca
 )
 def test_a_schema_split_into_small_terminals_allows_what_its_token_dfa_allows(name, sentencepiece_vocab):
     """The route of a schema whose automaton would be too large: the pushdown engine, the
-    schema's pieces split along its tree into terminals of at most 100 NFA states (formats stay
-    whole; network's split has LR conflicts, so it is compiled coarser). Whole masks, EOS
-    included, equal the token DFA's along random walks."""
-    rules = json_schema_rules(REGULAR[name])
-    assert len(to_grammar(rules, set(), max_terminal=100).terminals) > 5
-    split = compile_in_pieces(rules, sentencepiece_vocab, 100, stack_depth=64, max_configs=8)
+    schema's pieces split along its tree into terminals of at most 40 NFA states (formats stay
+    whole; network's split has LR conflicts, so it is compiled coarser), their whitespace gaps
+    expanded in each terminal's automaton. Whole masks, EOS included, equal the token DFA's
+    along random walks."""
+    rules = json_schema_rules(REGULAR[name], placeholder_gaps=True)
+    assert len(to_grammar(rules, set(), max_terminal=40).terminals) > 5
+    split = compile_in_pieces(rules, sentencepiece_vocab, 40, gap_run=MAX_WHITESPACE_RUN, stack_depth=64, max_configs=8)
     whole = aj.compile_json_schema(REGULAR[name], sentencepiece_vocab)
     assert isinstance(split, aj.PushdownGrammar) and isinstance(whole, aj.RegularGrammar)
     rng = np.random.default_rng(5)

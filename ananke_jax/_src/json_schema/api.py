@@ -19,7 +19,7 @@ from ananke_jax._src.ir import Grammar
 from ananke_jax._src.json_schema import strings
 from ananke_jax._src.json_schema.assemble import MAX_TERMINAL_STATES, inline, recursive_rules, to_grammar
 from ananke_jax._src.json_schema.compiler import SchemaCompiler
-from ananke_jax._src.json_schema.gaps import MAX_WHITESPACE_RUN, expand_gaps, rules_with_bounded_gaps
+from ananke_jax._src.json_schema.gaps import MAX_WHITESPACE_RUN, expand_gaps
 from ananke_jax._src.json_schema.layout import is_count
 from ananke_jax._src.json_schema.rules import Rules
 from ananke_jax._src.vocab import Vocabulary
@@ -210,18 +210,18 @@ def compile_rules(
             return _compile_regular(root, vocab, gaps=gaps, max_whitespace=max_whitespace)
         if not within_states(rx.nfa_size(root, repeated=False)):  # nor could its pieces
             charge_states(size, "a regex's NFA")  # raises, naming the budget that would take it
-    pushdown_rules = rules_with_bounded_gaps(rules, max_whitespace) if gaps else rules
     options = dict(stack_depth=stack_depth, max_configs=max_configs)
+    gap_run = max_whitespace if gaps else None
     if not split:
-        return compile_grammar(to_grammar(pushdown_rules, recursive, compiling=True), vocab, **options)
+        return compile_grammar(to_grammar(rules, recursive, compiling=True, gap_run=gap_run), vocab, **options)
     try:
-        return compile_in_pieces(pushdown_rules, vocab, max_terminal, **options)
+        return compile_in_pieces(rules, vocab, max_terminal, gap_run=gap_run, **options)
     except BudgetError:
         charge_states(size, "a regex's NFA")  # the one automaton's refusal says what to raise
         raise
 
 
-def compile_in_pieces(rules: Rules, vocab: Vocabulary, max_terminal: int, **options) -> PushdownGrammar:
+def compile_in_pieces(rules: Rules, vocab: Vocabulary, max_terminal: int, *, gap_run: int | None = None, **options) -> PushdownGrammar:
     """The pushdown engine over the rules of a language without recursion, its pieces split into
     terminals of about ``max_terminal`` NFA states, whose estimates together must fit the budget.
     Pieces split finely can make LR conflicts that larger terminals avoid (runs of optional
@@ -229,11 +229,14 @@ def compile_in_pieces(rules: Rules, vocab: Vocabulary, max_terminal: int, **opti
     for limit in (max_terminal, 16 * max_terminal):
         try:
             return compile_grammar(
-                to_grammar(rules, set(), max_terminal=limit, charge_total=True, compiling=True), vocab, forks=False, **options
+                to_grammar(rules, set(), max_terminal=limit, charge_total=True, compiling=True, gap_run=gap_run),
+                vocab,
+                forks=False,
+                **options,
             )
         except ConflictError:
             pass
-    return compile_grammar(to_grammar(rules, set(), charge_total=True, compiling=True), vocab, **options)
+    return compile_grammar(to_grammar(rules, set(), charge_total=True, compiling=True, gap_run=gap_run), vocab, **options)
 
 
 def _compile_regular(node: rx.Node, vocab: Vocabulary, *, gaps: bool, max_whitespace: int) -> RegularGrammar:

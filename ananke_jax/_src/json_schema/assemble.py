@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import ByteDFA
@@ -20,6 +21,7 @@ from ananke_jax._src.compile.unit_loops import UnitLanguage, expand_unit_loops
 from ananke_jax._src.errors import GrammarError, SchemaError
 from ananke_jax._src.ir import Grammar, Rule, TerminalDef
 from ananke_jax._src.json_schema import strings
+from ananke_jax._src.json_schema.gaps import MixedGaps, expand_gaps, with_bounded_gaps
 from ananke_jax._src.json_schema.rules import Ref, Rules, is_regular
 
 
@@ -80,6 +82,7 @@ def to_grammar(
     max_terminal: float = math.inf,
     charge_total: bool = False,
     compiling: bool = False,
+    gap_run: int | None = None,
 ) -> Grammar:
     """The IR: kept rules as nonterminals, reference-free pieces as terminals (with DFAs), each
     estimated (`rx.nfa_size`) within ``max_terminal`` NFA states unless it is one leaf or a
@@ -89,21 +92,25 @@ def to_grammar(
     on large automata) only when ``printable``; otherwise the text just names its size. A grammar
     for the compiler (``compiling``) prints no text unless ``printable`` (printing large trees took
     seconds), and its terminals read their free and length-bounded strings as placeholder units
-    where they can (`TerminalDef.units`); else a terminal's DFA spells them out.
+    where they can (`TerminalDef.units`); else a terminal's DFA spells them out. Its placeholder
+    gaps (`gaps.GAP`), if ``gap_run`` is given, are expanded in each terminal's DFA into runs of at
+    most ``gap_run`` whitespace bytes (as regexes they made subset construction several times
+    slower).
 
     Raises:
       BudgetError: ``charge_total``, a finite ``max_terminal``, and the terminals' estimates add
         up over ``max_states`` (checked before any is built).
     """
     bodies = inline(rules, keep)
-    return _Writer(bodies, rules.start, printable, max_terminal, compiling).grammar(charge_total)
+    return _Writer(bodies, rules.start, printable, max_terminal, compiling, gap_run).grammar(charge_total)
 
 
 class _Writer:
-    def __init__(self, bodies: dict[str, rx.Node], start: str, printable: bool, max_terminal: float, compiling: bool):
+    def __init__(self, bodies: dict[str, rx.Node], start: str, printable: bool, max_terminal: float, compiling: bool, gap_run: int | None):
         self.bodies = bodies
         self.printable = printable
         self.compiling = compiling
+        self.gap_run = gap_run
         self.max_terminal = max_terminal
         self.sizes: dict[int, tuple[rx.Node, float]] = {}  # id -> (node, kept alive; NFA estimate)
         self.names = _readable_names([start, *[n for n in bodies if n != start]], start)
@@ -224,7 +231,7 @@ class _Writer:
         return self.terminals.setdefault(node, f"T{len(self.terminals)}")
 
     def terminal_def(self, node: rx.Node, name: str) -> TerminalDef:
-        dfa, units = _terminal_automaton(node) if self.compiling else (rx.to_dfa(node), None)
+        dfa, units = _terminal_automaton(node, self.gap_run) if self.compiling else (rx.to_dfa(node), None)
         if self.printable or not (self.compiling or _has_automaton(node)):
             try:
                 text = rx.to_regex(node)
@@ -239,17 +246,28 @@ class _Writer:
         return f"_h{self.helpers}"
 
 
-def _terminal_automaton(node: rx.Node) -> tuple[ByteDFA, UnitLanguage | None]:
+def _terminal_automaton(node: rx.Node, gap_run: int | None) -> tuple[ByteDFA, UnitLanguage | None]:
     """``node``'s DFA, with one placeholder byte for each character of its free and length-bounded
     strings (`strings.UNIT`) where it has such strings and they expand to loops, the string
-    language then given with it; else spelled out (the lexer steps over loops per vocabulary)."""
+    language then given with it; else spelled out (the lexer steps over loops per vocabulary).
+    Placeholder gaps are expanded (runs of at most ``gap_run``: `gaps.expand_gaps`), or made
+    regexes where a state reads both a gap and literal whitespace."""
+    if gap_run is None:
+        return _units_automaton(node, lambda dfa: dfa)
+    try:
+        return _units_automaton(node, lambda dfa: expand_gaps(dfa, gap_run))
+    except MixedGaps:
+        return _units_automaton(with_bounded_gaps(node, gap_run), lambda dfa: dfa)
+
+
+def _units_automaton(node: rx.Node, expanded: Callable[[ByteDFA], ByteDFA]) -> tuple[ByteDFA, UnitLanguage | None]:
     units = strings.string_units()
-    dfa = rx.to_dfa(strings.with_placeholder_units(node))
+    dfa = expanded(rx.to_dfa(strings.with_placeholder_units(node)))
     if dfa.transitions[:, units.placeholder].any():
-        expanded = expand_unit_loops(dfa, units)
-        if expanded is not None and expanded[1] is not None:
+        loops = expand_unit_loops(dfa, units)
+        if loops is not None and loops[1] is not None:
             return dfa, units
-        dfa = rx.to_dfa(node)
+        dfa = expanded(rx.to_dfa(node))
     return dfa, None
 
 
