@@ -147,12 +147,11 @@ def outcome_tries(
     rank = np.append(rank, -1)  # read by empty paths past the last key: they are no node
     node = lambda q, path: np.where(path > 0, rank[np.searchsorted(keys, key(q, path))], -1)
 
-    state_parents = np.split(node(node_q, parent[node_path])[order], first_of_state[1:-1])
-    state_columns = np.split(column[node_path][order], first_of_state[1:-1])
+    node_row, node_rank, node_parent = node_q[order], rank[order], node(node_q, parent[node_path])[order]
     level_sizes = np.bincount(node_q * (int(depth.max()) + 1) + depth[node_path]) if len(keys) else np.ones(1, np.int64)
     lanes = int(min(max_lanes, 1 << max(0, int(level_sizes.max()) - 1).bit_length()))
     nodes = max(1, int(np.diff(first_of_state).max(initial=0))) + lanes
-    chunk_start, num_chunks, node_chunk = chunk_layout(state_parents, lanes, nodes)
+    chunk_start, num_chunks, node_chunk = chunk_layout(np.split(node_parent, first_of_state[1:-1]), lanes, nodes)
 
     outcome_node = np.full((num_states, width), -1, np.int32)
     outcome_node[pair_q, pair_p] = node(pair_q, end_path)
@@ -165,8 +164,8 @@ def outcome_tries(
     after[pair_q, pair_p] = pair_after
     final_node = node(final_q, final_path)
     return OutcomeTries(
-        node_parent=stack_padded(state_parents, -1, np.int32, nodes),
-        node_column=stack_padded(state_columns, 0, np.int32, nodes),
+        node_parent=_dense(node_row, node_rank, node_parent, -1, (num_states, nodes)),
+        node_column=_dense(node_row, node_rank, column[node_path][order], 0, (num_states, nodes)),
         chunk_start=chunk_start,
         num_chunks=num_chunks,
         node_chunk=node_chunk,
@@ -179,18 +178,32 @@ def outcome_tries(
     )
 
 
+def _dense(row: np.ndarray, col: np.ndarray, values: np.ndarray, fill: int, shape: tuple[int, int]) -> np.ndarray:
+    out = np.full(shape, fill, np.int32)
+    out[row, col] = values
+    return out
+
+
 NO_CHUNK = np.iinfo(np.int32).max  # the chunk of the padding after a trie's last node
 
 
 def chunk_layout(parents: list[np.ndarray], lanes: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The chunks of each lexer state's trie (``parents``: its nodes' parents, breadth first):
-    chunk_start int32[Q, CH], num_chunks int32[Q] and node_chunk int32[Q, width]."""
-    chunks = [_chunks(p, lanes) for p in parents]
-    node_chunk = [np.repeat(np.arange(len(c)), np.diff(c + [len(p)])) for c, p in zip(chunks, parents)]
+    chunk_start int32[Q, CH], num_chunks int32[Q] and node_chunk int32[Q, width]; laid out once
+    per distinct trie (the states inside a large terminal share a few)."""
+    keys = [p.tobytes() for p in parents]
+    first: dict[bytes, int] = {}
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    shape_of = {key: j for j, key in enumerate(first)}
+    of_state = np.array([shape_of[key] for key in keys], np.int64)
+    distinct = [parents[i] for i in first.values()]
+    chunks = [_chunks(p, lanes) for p in distinct]
+    node_chunk = [np.repeat(np.arange(len(c)), np.diff(c + [len(p)])) for c, p in zip(chunks, distinct)]
     return (
-        stack_padded(chunks, 0, np.int32),
-        np.asarray([len(c) for c in chunks], np.int32),
-        stack_padded(node_chunk, NO_CHUNK, np.int32, width),
+        stack_padded(chunks, 0, np.int32)[of_state],
+        np.asarray([len(c) for c in chunks], np.int32)[of_state],
+        stack_padded(node_chunk, NO_CHUNK, np.int32, width)[of_state],
     )
 
 
