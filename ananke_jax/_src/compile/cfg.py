@@ -103,6 +103,7 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
         start_begins, start_of_context = _lexer_starts(lr_column, begins, follow)
         lexer, loops = _lexer_with_loops(grammar.terminals, dfas, start_begins)
         cuts = _cuts(lexer, lr_column, follow, lexer.starts[start_of_context])
+        check_time()
         spelled = spell_tokens(lexer.transitions, vocab)
         transitions = spelled.transitions
 
@@ -114,6 +115,7 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
     skipped = later if loops is None else np.union1d(later, loops.rows[0])
     q, string, outcome, *table = walk(transitions, spelled.trie, np.setdiff1d(np.arange(1, lexer.num_states), skipped))
     looped = None if loops is None else _loop_outcomes(lexer, loops, vocab, walk)
+    check_time()
     if looped is not None:  # their rows follow the walk's, one pseudo-string per value after the strings
         table, (walked, looped_ids) = _merged_outcomes(table, looped.outcomes)
         pair_q, pair_value, pair_outcome = looped.triples(looped_ids)
@@ -127,7 +129,9 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
     pairs = sorted_unique(keys)
     state_q, state_outcome = pairs // len(lengths), pairs % len(lengths)
     local = np.searchsorted(pairs, keys) - np.searchsorted(state_q, q)
+    check_time()
     group_q, group_string, set_of_group, set_members = _outcome_sets(q, string, local)
+    check_time()
     walked_group = group_string < spelled.num_strings
 
     # Strings whose outcome sets agree in every lexer state form a class. The (state, string)
@@ -279,6 +283,7 @@ def _loop_outcomes(lexer: Lexer, loops: UnitLoops, vocab: Vocabulary, walk) -> _
         return found
 
     rows, groups, class_of_group, columns = loop_columns(loops, lexer.transitions, vocab, after_remainders)
+    check_time()
     # Values below Q: the token completes no terminal and ends in that state.
     states = np.unique(columns).astype(np.int64)
     states = states[(states != DEAD) & (states < lexer.num_states)]

@@ -22,6 +22,7 @@ import numpy as np
 
 from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, unique_first_inverse
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
+from ananke_jax._src.compile.budget import check_time
 from ananke_jax._src.compile.token_trie import (
     TokenGroups,
     TokenTrie,
@@ -249,12 +250,14 @@ def loop_columns(
     remainders = outcomes.remainder_trie
     after = np.zeros((num_states, len(remainders.token_ids) + 1), np.int64)
     after[:, 0] = np.arange(num_states)
+    check_time()
     entered = np.unique(exit_target[along[base]])
     entered = entered[entered != DEAD]
     if len(remainders.token_ids) and len(entered):
         walk = after_remainders or (lambda states, trie: walk_tokens(trie, transitions, states))
         after[np.ix_(entered, remainders.token_ids)] = walk(entered, remainders)
 
+    check_time()
     # Pairs (outcome, row) of the same unit state, grouped by outcome; a row's position among the
     # rows of its unit state is its offset in each such group.
     by_unit = np.argsort(unit_state, kind="stable")
@@ -276,6 +279,7 @@ def loop_columns(
     value = np.where(remainder >= 0, after[exit_target[landed], np.maximum(remainder, 0)], value)
     value[outcomes.dies[pair_outcome]] = DEAD
 
+    check_time()
     # A group's hash: the sum over unit states of its outcome's hash over their rows.
     outcome_hash = np.zeros((2, len(group_length) + 1), np.uint64)
     grouped = np.flatnonzero(group_length)
@@ -286,6 +290,7 @@ def loop_columns(
     group_class, representative = classes_of_hashes(outcome_hash[:, outcomes.outcome].sum(axis=2))
     live = outcome_live[outcomes.outcome[representative]].any(axis=1)
     class_of_class = np.where(live, np.cumsum(live) - 1, -1)
+    check_time()
     chosen = outcomes.outcome[representative[live]][:, unit_state].T  # [R, C]
     columns = value[group_start[chosen] + position[:, None]]
     return rows, outcomes.groups, class_of_class[group_class], columns.astype(np.int32)
