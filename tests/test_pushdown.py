@@ -500,10 +500,33 @@ def test_a_lexer_too_ambiguous_for_the_vocabulary_names_the_overlapping_terminal
     at once) the refusal names the terminals of the longest split and how to fix the grammar."""
     from ananke_jax._src.compile import cfg
 
-    monkeypatch.setattr(cfg, "MAX_FRONTIER", 2_000)
+    monkeypatch.setattr(cfg, "MAX_FRONTIER", 6_000)
     with pytest.raises(aj.GrammarError, match=r"too ambiguous .* as [\d,]+ different terminal sequences, such as (NAME|WORD) ") as e:
         aj.compile_lark("start: (WORD | NAME)+\nWORD: /[a-z]+/\nNAME: /[a-z_]+/", sentencepiece_vocab)
     assert "The terminals NAME, WORD overlap" in str(e.value) and "require a separator" in str(e.value)
+
+
+def test_an_outcome_walk_past_the_frontier_limit_is_walked_again_from_halves_of_its_states(sentencepiece_vocab, monkeypatch):
+    """The outcome walk steps every lexer state at once; where a level holds more rows than its
+    limit (lowered here, above any one state's rows), it is walked again from halves of the
+    states. The outcome tables equal those of one walk."""
+    from ananke_jax._src.compile import cfg
+
+    whole = cfg_tables(JSON, sentencepiece_vocab)
+    overflows = []
+
+    class CountedOverflow(cfg._FrontierOverflow):
+        def __init__(self):
+            overflows.append(1)
+
+    monkeypatch.setattr(cfg, "_FrontierOverflow", CountedOverflow)
+    monkeypatch.setattr(cfg, "MAX_FRONTIER", 6_000)
+    split = cfg_tables(JSON, sentencepiece_vocab)
+    assert overflows  # the walk from every state was given up for walks from its halves
+    outcome_tables = [f.name for f in dataclasses.fields(whole) if isinstance(getattr(whole, f.name), np.ndarray)]
+    assert "class_set" in outcome_tables and "state_outcomes" in outcome_tables
+    for name in outcome_tables:
+        np.testing.assert_array_equal(getattr(split, name), getattr(whole, name), err_msg=name)
 
 
 def test_a_last_lexer_state_whose_outcomes_complete_nothing_gets_no_trie_node():

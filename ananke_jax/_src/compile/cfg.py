@@ -397,55 +397,71 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, trie: TokenTrie, cuts:
     q_shift = node_shift - q_bits
     lex_shift = q_shift - q_bits  # the sequence id takes the low bits
     state_mask, seq_mask = (1 << q_bits) - 1, (1 << lex_shift) - 1
-    live = np.unique(sources).astype(np.int64)
-    keys = (live << q_shift) | (live << lex_shift)
-    found = []
-    offset = 1
-    for parents, labels in zip(trie.parents, trie.labels):
-        children = offset + np.arange(len(parents), dtype=np.int64)
-        offset += len(parents)
-        lo = np.searchsorted(keys, parents.astype(np.int64) << node_shift)
-        hi = np.searchsorted(keys, (parents.astype(np.int64) + 1) << node_shift)
-        level = []
-        for part in _slices(hi - lo, _CHUNK_ROWS):  # a deadline check per slice of a level's rows
-            check_time()
-            counts = (hi - lo)[part]
-            pick = concatenated_ranges(lo[part], counts)
-            child, label, row = np.repeat(children[part] << node_shift, counts), np.repeat(labels[part], counts), keys[pick]
-            lex = (row >> lex_shift) & state_mask
-            kept = row & ((state_mask << q_shift) | seq_mask)  # source state and sequence
-            # Read on inside the current terminal...
-            cont = transitions[lex, label]
-            alive = cont != DEAD
-            inside = child[alive] | kept[alive] | (cont[alive].astype(np.int64) << lex_shift)
-            # ...or cut after a terminal that ends here and start the next one with this byte,
-            # where the grammar lets the next terminal follow the one just cut.
-            if cuts.targets is None:
-                pair, slot = np.nonzero(cuts.columns[lex] != NO_CUT)
-            else:  # most cuts of a longest-match lexer are not allowed: only where a target is
-                pair, slot = np.nonzero(cuts.targets[lex, :, label] != DEAD)
-            column = cuts.columns[lex[pair], slot]
-            seq = row[pair] & seq_mask
-            last = np.asarray(sequences.column)[seq]
-            new_last = np.where(column >= 0, column, last)
-            if cuts.targets is None:
-                cut = start_rows[new_last + 1, label[pair]]
-            else:
-                cut = cuts.targets[lex[pair], slot, label[pair]]
-            fits = (cut != DEAD) & ((column < 0) | (last < 0) | cuts.follow[np.maximum(last, 0), np.maximum(column, 0)])
-            fits &= cuts.may_start[new_last + 1, cut]
-            pair, column, cut, seq = pair[fits], column[fits], cut[fits], seq[fits]
-            extended = seq.copy()  # ignored terminals leave the sequence as it is
-            extended[column >= 0] = sequences.child(seq[column >= 0], column[column >= 0])
-            if len(sequences) > seq_mask:
-                raise _too_ambiguous(sequences, names)
-            level += [inside, child[pair] | (row[pair] & (state_mask << q_shift)) | (cut.astype(np.int64) << lex_shift) | extended]
-        keys = np.concatenate(level)
-        check_time(ahead=_SORT_SECONDS_PER_ROW * len(keys))
-        keys = sorted_unique(keys)
-        if len(keys) > MAX_FRONTIER:
-            raise _too_ambiguous(sequences, names)
-        found.append(keys[string_at[keys >> node_shift] >= 0])
+
+    def walk_from(live: np.ndarray) -> list[np.ndarray]:
+        """The keys of the rows that end a string, walked from the states ``live``; raises
+        `_FrontierOverflow` when a level holds over `MAX_FRONTIER` rows."""
+        keys = (live << q_shift) | (live << lex_shift)
+        found = []
+        offset = 1
+        for parents, labels in zip(trie.parents, trie.labels):
+            children = offset + np.arange(len(parents), dtype=np.int64)
+            offset += len(parents)
+            lo = np.searchsorted(keys, parents.astype(np.int64) << node_shift)
+            hi = np.searchsorted(keys, (parents.astype(np.int64) + 1) << node_shift)
+            level = []
+            for part in _slices(hi - lo, _CHUNK_ROWS):  # a deadline check per slice of a level's rows
+                check_time()
+                counts = (hi - lo)[part]
+                pick = concatenated_ranges(lo[part], counts)
+                child, label, row = np.repeat(children[part] << node_shift, counts), np.repeat(labels[part], counts), keys[pick]
+                lex = (row >> lex_shift) & state_mask
+                kept = row & ((state_mask << q_shift) | seq_mask)  # source state and sequence
+                # Read on inside the current terminal...
+                cont = transitions[lex, label]
+                alive = cont != DEAD
+                inside = child[alive] | kept[alive] | (cont[alive].astype(np.int64) << lex_shift)
+                # ...or cut after a terminal that ends here and start the next one with this byte,
+                # where the grammar lets the next terminal follow the one just cut.
+                if cuts.targets is None:
+                    pair, slot = np.nonzero(cuts.columns[lex] != NO_CUT)
+                else:  # most cuts of a longest-match lexer are not allowed: only where a target is
+                    pair, slot = np.nonzero(cuts.targets[lex, :, label] != DEAD)
+                column = cuts.columns[lex[pair], slot]
+                seq = row[pair] & seq_mask
+                last = np.asarray(sequences.column)[seq]
+                new_last = np.where(column >= 0, column, last)
+                if cuts.targets is None:
+                    cut = start_rows[new_last + 1, label[pair]]
+                else:
+                    cut = cuts.targets[lex[pair], slot, label[pair]]
+                fits = (cut != DEAD) & ((column < 0) | (last < 0) | cuts.follow[np.maximum(last, 0), np.maximum(column, 0)])
+                fits &= cuts.may_start[new_last + 1, cut]
+                pair, column, cut, seq = pair[fits], column[fits], cut[fits], seq[fits]
+                extended = seq.copy()  # ignored terminals leave the sequence as it is
+                extended[column >= 0] = sequences.child(seq[column >= 0], column[column >= 0])
+                if len(sequences) > seq_mask:
+                    raise _too_ambiguous(sequences, names)
+                level += [inside, child[pair] | (row[pair] & (state_mask << q_shift)) | (cut.astype(np.int64) << lex_shift) | extended]
+            keys = np.concatenate(level)
+            check_time(ahead=_SORT_SECONDS_PER_ROW * len(keys))
+            keys = sorted_unique(keys)
+            if len(keys) > MAX_FRONTIER:
+                raise _FrontierOverflow
+            found.append(keys[string_at[keys >> node_shift] >= 0])
+        return found
+
+    # Sources are walked apart from one another, so a walk whose frontier is too large is split
+    # in halves; only one from a single state is refused (its tokens split too many ways).
+    found, pending = [], [np.unique(sources).astype(np.int64)]
+    while pending:
+        part = pending.pop()
+        try:
+            found += walk_from(part)
+        except _FrontierOverflow:
+            if len(part) == 1:
+                raise _too_ambiguous(sequences, names) from None
+            pending += [part[len(part) // 2 :], part[: len(part) // 2]]
     found = np.concatenate(found) if found else np.zeros(0, np.int64)
 
     # An outcome is a (terminal sequence, final lexer state) pair.
@@ -455,6 +471,10 @@ def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, trie: TokenTrie, cuts:
     seqs, lexer_after = unique_pairs // lexer.num_states, unique_pairs % lexer.num_states
     terminals, lengths = _materialise(np.asarray(sequences.parent), np.asarray(sequences.column), seqs)
     return (found >> q_shift) & state_mask, string_at[found >> node_shift], outcome, terminals, lengths, lexer_after.astype(np.int32)
+
+
+class _FrontierOverflow(Exception):
+    """A level of the outcome walk holds more than `MAX_FRONTIER` rows."""
 
 
 def _too_ambiguous(sequences: Paths, names: tuple[str, ...]) -> GrammarError:
