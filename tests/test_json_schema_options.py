@@ -8,6 +8,7 @@ the pushdown engine.
 import itertools
 import json
 import random
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -335,3 +336,34 @@ def test_max_string_length_bounds_undeclared_keys():
     cg = aj.compile_json_schema(schema, _BYTES, max_string_length=3)
     assert _walk_bytes(cg, '{"declared_longer":1,"abc":2}')
     assert not _walk_bytes(cg, '{"abcd":2}')
+
+
+@pytest.mark.parametrize(
+    "schema, implied",
+    [
+        ({"properties": {"a": {"type": "string"}}, "required": ["a"], "additionalProperties": False}, "object"),
+        ({"items": {"type": "integer"}, "maxItems": 2}, "array"),
+        ({"maxLength": 2}, "string"),
+        ({"properties": {"a": {"type": "string"}}, "maxLength": 2}, None),  # keywords of two types: every type
+    ],
+)
+def test_a_root_without_type_takes_every_type_unless_not_strict_names_the_one_its_keywords_imply(schema, implied):
+    """JSON Schema lets a schema without ``type`` take values of every type (``properties``
+    constrain objects only): so does ``strict=True``. ``strict=False`` compiles a root whose
+    keywords belong to one type as that type, with a warning, as XGrammar does. Values of every
+    type, checked by `jsonschema` (and by their type)."""
+    values = [None, True, 7, "x", "xyz", [], [1, 2], [1, 2, 3], {}, {"a": "x"}, {"a": 1}, {"a": "x", "b": 1}]
+    exact = aj.compile_json_schema(schema, _BYTES, strict=True, allow_additional=True)  # members as JSON Schema says
+    if implied is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no inference, no warning
+            relaxed = aj.compile_json_schema(schema, _BYTES, strict=False, allow_additional=True)
+    else:
+        with pytest.warns(UserWarning, match=f"compiled as type '{implied}'"):
+            relaxed = aj.compile_json_schema(schema, _BYTES, strict=False, allow_additional=True)
+    kinds = {"object": dict, "array": list, "string": str}
+    for value in values:
+        valid = jsonschema.Draft202012Validator(schema).is_valid(value)
+        text = json.dumps(value)
+        assert _walk_bytes(exact, text) == valid, text
+        assert _walk_bytes(relaxed, text) == (valid and (implied is None or isinstance(value, kinds[implied]))), text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import decimal
 import json
+import warnings
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc
@@ -20,6 +21,7 @@ from ananke_jax._src.json_schema import strings
 from ananke_jax._src.json_schema.assemble import MAX_TERMINAL_STATES, inline, recursive_rules, to_grammar
 from ananke_jax._src.json_schema.compiler import SchemaCompiler
 from ananke_jax._src.json_schema.gaps import MAX_WHITESPACE_RUN, expand_gaps
+from ananke_jax._src.json_schema.keywords import implied_type
 from ananke_jax._src.json_schema.layout import is_count
 from ananke_jax._src.json_schema.rules import Rules
 from ananke_jax._src.vocab import Vocabulary
@@ -57,6 +59,13 @@ def json_schema_rules(
         raise SchemaError(f"max_string_length must be a non-negative integer or None, got {max_string_length!r}")
     if not isinstance(any_order, bool):
         raise SchemaError(f"any_order must be True or False, got {any_order!r}")
+    if not strict and isinstance(schema, dict) and (implied := implied_type(schema)) is not None:
+        warnings.warn(
+            f"the root schema has no 'type' and only {implied} keywords: it is compiled as type {implied!r}, "
+            "as XGrammar does (strict=True: values of every type, as JSON Schema says)",
+            stacklevel=3,
+        )
+        schema = {**schema, "type": implied}
     compiler = SchemaCompiler(
         schema,
         whitespace=whitespace,
@@ -118,7 +127,9 @@ def compile_json_schema(
         ``max_whitespace``), ``"compact"`` (none), or an indent width ``n`` (exactly
         ``json.dumps(value, indent=n)``'s layout).
       strict: raise `SchemaError` on keywords that cannot be compiled; False ignores them with a
-        warning (the relaxation is named in the message). Either way, a ``oneOf`` whose branches
+        warning (the relaxation is named in the message), and compiles a root schema without
+        ``type`` that uses the keywords of one type only (``properties``, say) as that type, as
+        XGrammar does (JSON Schema allows values of every type there). Either way, a ``oneOf`` whose branches
         overlap where their difference cannot be compiled exactly (see docs/guide.md, JSON Schema) is compiled as
         ``anyOf`` for those JSON types, with a warning.
       allow_additional: objects that describe their keys (``properties``, ``patternProperties``

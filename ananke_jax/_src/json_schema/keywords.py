@@ -136,6 +136,15 @@ _TYPE_KEYWORDS = {
 }
 
 
+def implied_type(s: dict) -> str | None:
+    """The one JSON type whose keywords the schema ``s`` (a dict) uses, where it names no
+    ``type``, ``enum`` or ``const`` (None: it does, or it uses keywords of no type or of several)."""
+    if {"type", "enum", "const"} & set(s):
+        return None
+    used = [t for t, keywords in _TYPE_KEYWORDS.items() if keywords & set(s)]
+    return used[0] if len(used) == 1 else None
+
+
 def constrains(s: dict, t: str) -> bool:
     """Whether the flattened schema ``s`` rejects some values of type ``t`` that it does not
     exclude by ``type`` alone."""
