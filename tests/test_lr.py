@@ -4,9 +4,11 @@ whose conflicting cells hold every action (followed GLR-style, each fork a stack
 import numpy as np
 import pytest
 
-from ananke_jax import GrammarError
+from ananke_jax import CompileBudget, GrammarError
+from ananke_jax._src.compile.budget import metered
 from ananke_jax._src.compile.lr import lr_tables
 from ananke_jax._src.engines.lr import ACCEPT, ERROR, MAX_RULE_LENGTH, REDUCE, SHIFT
+from ananke_jax._src.errors import BudgetError
 from ananke_jax._src.ir import grammar
 
 from cfg_grammars import AMBIGUOUS, DANGLING_ELSE, OPTIONAL_SEPARATORS, OPTIONAL_SPACES
@@ -112,6 +114,25 @@ def test_an_alternative_longer_than_the_engine_takes_is_refused_naming_its_rule(
     long = grammar([("s", ["X"] * (MAX_RULE_LENGTH + 1))], {"X": "x"}, "s")
     with pytest.raises(GrammarError, match=rf"rule 's' has {MAX_RULE_LENGTH + 1} symbols; the engine takes at most {MAX_RULE_LENGTH}"):
         lr_tables(long)
+
+
+def _nested_optionals(copies: int):
+    """``s -> A o0; o_k -> (empty) | B o_k+1``: the rules a bounded repeat of a nonterminal makes."""
+    rules = [("s", ["A", "o0"])]
+    for k in range(copies):
+        rules += [(f"o{k}", []), (f"o{k}", ["B", f"o{k + 1}"] if k + 1 < copies else ["B"])]
+    return grammar(rules, {"A": "a", "B": "b"}, "s")
+
+
+def test_grammars_too_large_or_too_deep_for_the_lalr_analysis_are_refused_before_or_by_it():
+    """Lark's analysis cannot be interrupted: a grammar whose LR(0) items are over the budget's
+    ``max_states`` is refused before it, naming the budget; one nested deeper than its recursion
+    takes gets a `GrammarError` naming the cause, not a `RecursionError`."""
+    refusal = r"LR\(0\) items.* of 2,002 states is over the compile budget max_states=1,000"
+    with metered(CompileBudget(max_states=1_000)), pytest.raises(BudgetError, match=refusal):
+        lr_tables(_nested_optionals(500))
+    with pytest.raises(GrammarError, match=r"nest too deeply for the LALR analysis \(8,001 rules\)"):
+        lr_tables(_nested_optionals(4_000))
 
 
 @pytest.mark.slow

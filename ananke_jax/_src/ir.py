@@ -99,7 +99,8 @@ class Grammar:
         unused = sorted((nonterminals | terminals) - self._reachable() - set(self.ignore))
         if unused:
             raise GrammarError(f"unused rules or terminals (not reachable from {self.start!r}): {', '.join(unused)}")
-        barren = [n for n in self.nonterminals if n not in self.productive()]
+        productive = self.productive()
+        barren = [n for n in self.nonterminals if n not in productive]
         if self.start in barren:
             raise GrammarError(f"the grammar's language is empty: {self.start!r} derives no string")
         if barren:
@@ -107,16 +108,26 @@ class Grammar:
         return self
 
     def productive(self) -> frozenset[str]:
-        """Nonterminals that derive at least one string of terminals."""
-        done: set[str] = set(self.terminal_names)
-        changed = True
-        while changed:
-            changed = False
-            for r in self.rules:
-                if r.origin not in done and all(s in done for s in r.expansion):
-                    done.add(r.origin)
-                    changed = True
-        return frozenset(done - self.terminal_names)
+        """Nonterminals that derive at least one string of terminals (a worklist: each rule is
+        looked at once per symbol of it that becomes productive)."""
+        terminals = self.terminal_names
+        waiting = [len(set(r.expansion) - terminals) for r in self.rules]
+        uses: dict[str, list[int]] = {}
+        for i, r in enumerate(self.rules):
+            for s in set(r.expansion) - terminals:
+                uses.setdefault(s, []).append(i)
+        done: set[str] = set()
+        ready = [r.origin for r, w in zip(self.rules, waiting) if w == 0]
+        while ready:
+            name = ready.pop()
+            if name in done:
+                continue
+            done.add(name)
+            for i in uses.get(name, ()):
+                waiting[i] -= 1
+                if waiting[i] == 0:
+                    ready.append(self.rules[i].origin)
+        return frozenset(done)
 
     def _reachable(self) -> set[str]:
         expansions: dict[str, list[tuple[str, ...]]] = {}

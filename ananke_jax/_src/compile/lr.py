@@ -14,6 +14,7 @@ from lark.common import ParserConf
 from lark.grammar import NonTerminal, Rule, Terminal
 from lark.parsers.lalr_analysis import LALR_Analyzer
 
+from ananke_jax._src.compile.budget import charge_states, check_time
 from ananke_jax._src.engines.lr import ACCEPT, MAX_RULE_LENGTH, REDUCE, SHIFT
 from ananke_jax._src.errors import ConflictError, GrammarError
 from ananke_jax._src.ir import Grammar
@@ -61,16 +62,25 @@ def lr_tables(grammar: Grammar, *, max_actions: int = 1) -> LRTables:
             raise GrammarError(
                 f"an alternative of rule {r.origin!r} has {len(r.expansion)} symbols; the engine takes at most {MAX_RULE_LENGTH}"
             )
+    # Lark's analysis cannot be interrupted: a grammar too large for it is refused before it.
+    charge_states(sum(len(r.expansion) + 1 for r in grammar.rules), "the grammar's LR(0) items: an automaton")
+    check_time()
     terminal_names = tuple(t.name for t in grammar.terminals if t.name not in grammar.ignore)
     nonterminals = grammar.nonterminals
     all_terminals = grammar.terminal_names
     symbol = lambda name: Terminal(name) if name in all_terminals else NonTerminal(name)
     lark_rules = [Rule(NonTerminal(r.origin), [symbol(s) for s in r.expansion], order=i) for i, r in enumerate(grammar.rules)]
     analyzer = LALR_Analyzer(ParserConf(lark_rules, {}, [grammar.start]))
-    analyzer.compute_lr0_states()
-    analyzer.compute_reads_relations()
-    analyzer.compute_includes_lookback()
-    analyzer.compute_lookaheads()
+    try:
+        analyzer.compute_lr0_states()
+        analyzer.compute_reads_relations()
+        analyzer.compute_includes_lookback()
+        analyzer.compute_lookaheads()
+    except RecursionError:
+        raise GrammarError(
+            f"the grammar's rules nest too deeply for the LALR analysis ({len(grammar.rules):,} rules): a bounded "
+            "repeat of a recursive or large item (a maxItems of hundreds, say) makes one rule per copy"
+        ) from None
 
     itemsets = _breadth_first(analyzer.lr0_start_states[grammar.start])
     index = {s: i for i, s in enumerate(itemsets)}
