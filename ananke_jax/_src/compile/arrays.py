@@ -39,10 +39,11 @@ def concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - lengths - starts, lengths)
 
 
-def padded_groups(keys: np.ndarray, values: np.ndarray, num_keys: int) -> np.ndarray:
-    """int32[num_keys, P]: the values of each key (input sorted by key), padded with -1."""
+def padded_groups(keys: np.ndarray, values: np.ndarray, num_keys: int, *, fill: int = -1, width: int | None = None) -> np.ndarray:
+    """int32[num_keys, P]: the values of each key (input sorted by key), padded with ``fill`` to
+    ``width`` (default: the largest group, at least 1)."""
     counts = np.bincount(keys, minlength=num_keys)
-    out = np.full((num_keys, max(1, int(counts.max(initial=0)))), -1, np.int32)
+    out = np.full((num_keys, width if width is not None else max(1, int(counts.max(initial=0)))), fill, np.int32)
     rank = concatenated_ranges(np.zeros(num_keys, np.int64), counts)
     out[keys, rank] = values
     return out

@@ -147,7 +147,7 @@ def outcome_tries(
     rank = np.append(rank, -1)  # read by empty paths past the last key: they are no node
     node = lambda q, path: np.where(path > 0, rank[np.searchsorted(keys, key(q, path))], -1)
 
-    node_row, node_rank, node_parent = node_q[order], rank[order], node(node_q, parent[node_path])[order]
+    node_row, node_parent = node_q[order], node(node_q, parent[node_path])[order]
     level_sizes = np.bincount(node_q * (int(depth.max()) + 1) + depth[node_path]) if len(keys) else np.ones(1, np.int64)
     lanes = int(min(max_lanes, 1 << max(0, int(level_sizes.max()) - 1).bit_length()))
     nodes = max(1, int(np.diff(first_of_state).max(initial=0))) + lanes
@@ -164,8 +164,8 @@ def outcome_tries(
     after[pair_q, pair_p] = pair_after
     final_node = node(final_q, final_path)
     return OutcomeTries(
-        node_parent=_dense(node_row, node_rank, node_parent, -1, (num_states, nodes)),
-        node_column=_dense(node_row, node_rank, column[node_path][order], 0, (num_states, nodes)),
+        node_parent=padded_groups(node_row, node_parent, num_states, width=nodes),
+        node_column=padded_groups(node_row, column[node_path][order], num_states, fill=0, width=nodes),
         chunk_start=chunk_start,
         num_chunks=num_chunks,
         node_chunk=node_chunk,
@@ -176,12 +176,6 @@ def outcome_tries(
         complete_node=padded_groups(final_q, final_node, num_states),
         lanes=lanes,
     )
-
-
-def _dense(row: np.ndarray, col: np.ndarray, values: np.ndarray, fill: int, shape: tuple[int, int]) -> np.ndarray:
-    out = np.full(shape, fill, np.int32)
-    out[row, col] = values
-    return out
 
 
 NO_CHUNK = np.iinfo(np.int32).max  # the chunk of the padding after a trie's last node
