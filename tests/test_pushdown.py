@@ -13,6 +13,7 @@ import pytest
 import ananke_jax as aj
 from ananke_jax._src.bank import trie_parents
 from ananke_jax._src.compile.cfg import cfg_tables, compile_ir
+from ananke_jax._src.compile.lark_lexer import NO_CUT
 from ananke_jax._src.compile.outcome_trie import chunk_layout
 from ananke_jax._src.engines.lr import paths_of
 from ananke_jax._src.ir import grammar
@@ -498,9 +499,9 @@ def test_a_lexer_too_ambiguous_for_the_vocabulary_names_the_overlapping_terminal
     """Names and words that may follow one another with nothing between split a token of n
     letters in 2^(n-1) ways; past the walk's frontier limit (lowered here so that it is reached
     at once) the refusal names the terminals of the longest split and how to fix the grammar."""
-    from ananke_jax._src.compile import cfg
+    from ananke_jax._src.compile import outcome_walk
 
-    monkeypatch.setattr(cfg, "MAX_FRONTIER", 6_000)
+    monkeypatch.setattr(outcome_walk, "MAX_FRONTIER", 6_000)
     with pytest.raises(aj.GrammarError, match=r"too ambiguous .* as [\d,]+ different terminal sequences, such as (NAME|WORD) ") as e:
         aj.compile_lark("start: (WORD | NAME)+\nWORD: /[a-z]+/\nNAME: /[a-z_]+/", sentencepiece_vocab)
     assert "The terminals NAME, WORD overlap" in str(e.value) and "require a separator" in str(e.value)
@@ -510,23 +511,78 @@ def test_an_outcome_walk_past_the_frontier_limit_is_walked_again_from_halves_of_
     """The outcome walk steps every lexer state at once; where a level holds more rows than its
     limit (lowered here, above any one state's rows), it is walked again from halves of the
     states. The outcome tables equal those of one walk."""
-    from ananke_jax._src.compile import cfg
+    from ananke_jax._src.compile import outcome_walk
 
     whole = cfg_tables(JSON, sentencepiece_vocab)
     overflows = []
 
-    class CountedOverflow(cfg._FrontierOverflow):
+    class CountedOverflow(outcome_walk._FrontierOverflow):
         def __init__(self):
             overflows.append(1)
 
-    monkeypatch.setattr(cfg, "_FrontierOverflow", CountedOverflow)
-    monkeypatch.setattr(cfg, "MAX_FRONTIER", 6_000)
+    monkeypatch.setattr(outcome_walk, "_FrontierOverflow", CountedOverflow)
+    monkeypatch.setattr(outcome_walk, "MAX_FRONTIER", 1_000)
     split = cfg_tables(JSON, sentencepiece_vocab)
     assert overflows  # the walk from every state was given up for walks from its halves
     outcome_tables = [f.name for f in dataclasses.fields(whole) if isinstance(getattr(whole, f.name), np.ndarray)]
     assert "class_set" in outcome_tables and "state_outcomes" in outcome_tables
     for name in outcome_tables:
         np.testing.assert_array_equal(getattr(split, name), getattr(whole, name), err_msg=name)
+
+
+def _outcomes_alone(walk, q: int, labels: list[int]) -> set:
+    """The outcomes of one string (its ``labels``) from lexer state ``q``, byte by byte: read on
+    in the current terminal, or cut where one ends (the walk's rules, `outcome_walk.Cuts`)."""
+    (_, transitions, _, cuts, *_), found = walk, set()
+    start_rows = transitions[cuts.start_after]
+
+    def read(i, lex, seq):
+        if i == len(labels):
+            found.add((seq, lex))
+            return
+        if transitions[lex, labels[i]]:
+            read(i + 1, int(transitions[lex, labels[i]]), seq)
+        for column in cuts.columns[lex][cuts.columns[lex] != NO_CUT].tolist():
+            last = seq[-1] if seq else -1
+            new_last = column if column >= 0 else last
+            cut = int(start_rows[new_last + 1, labels[i]])
+            follows = column < 0 or last < 0 or cuts.follow[last, column]
+            if cut and follows and cuts.may_start[new_last + 1, cut]:
+                read(i + 1, cut, seq + ((column,) if column >= 0 else ()))
+
+    read(0, q, ())
+    return found
+
+
+def test_the_outcome_walk_equals_each_state_and_string_read_alone(sentencepiece_vocab, monkeypatch):
+    """The walk steps each distinct function of a trie level once, not each node; on random
+    (lexer state, token string) pairs of the JSON grammar, its outcomes equal those of the
+    string read byte by byte from the state alone (`_outcomes_alone`)."""
+    from ananke_jax._src.compile import cfg
+
+    walks = []
+    real = cfg.walk_outcomes
+    monkeypatch.setattr(cfg, "walk_outcomes", lambda *args: walks.append((args, real(*args))) or walks[-1][1])
+    cfg_tables(JSON, sentencepiece_vocab)
+    args, walked = walks[0]
+    trie, sources = args[2], args[4]
+    parent = np.concatenate([[-1], *trie.parents])
+    label = np.concatenate([[0], *trie.labels])
+    node_of = dict(zip(trie.token_ids.tolist(), trie.token_nodes.tolist()))
+    rng = np.random.default_rng(0)
+    checked = 0
+    for string in rng.choice(trie.token_ids, 300, replace=False).tolist():
+        labels, node = [], node_of[string]
+        while node > 0:
+            labels.append(int(label[node]))
+            node = int(parent[node])
+        for q in rng.choice(sources, 8, replace=False).tolist():
+            rows = (walked.q == q) & (walked.column == walked.string_column[string])
+            got = {(tuple(walked.terminals[o, : walked.lengths[o]].tolist()), int(walked.lexer_after[o])) for o in walked.outcome[rows]}
+            assert got == _outcomes_alone(args, q, labels[::-1]), (q, labels[::-1])
+            checked += bool(got)
+    assert checked >= 50  # (most strings die from most states: they are words, and JSON has few)
+    assert walked.num_columns < len(trie.token_ids) // 10, walked.num_columns  # strings that act alike share a column
 
 
 def test_a_last_lexer_state_whose_outcomes_complete_nothing_gets_no_trie_node():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numpy as np
 
@@ -37,6 +38,14 @@ def concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """int64[sum(lengths)]: ``starts[i] + arange(lengths[i])`` for every i, concatenated."""
     ends = np.cumsum(lengths)
     return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - lengths - starts, lengths)
+
+
+def balanced_slices(counts: np.ndarray, size: int) -> list[slice]:
+    """Consecutive slices of ``counts`` (int[n]) that each sum to about ``size`` (a slice where
+    the running sum passes a multiple of ``size`` ends there)."""
+    groups = np.cumsum(counts) // size
+    bounds = [0, *(np.flatnonzero(np.diff(groups)) + 1).tolist(), len(counts)]
+    return [slice(a, b) for a, b in itertools.pairwise(bounds)]
 
 
 def padded_groups(keys: np.ndarray, values: np.ndarray, num_keys: int, *, fill: int = -1, width: int | None = None) -> np.ndarray:

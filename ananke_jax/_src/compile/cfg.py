@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from ananke_jax._src.compile.arrays import (
+    balanced_slices,
     concatenated_ranges,
     hash_multipliers,
     pack_bits,
@@ -27,24 +28,20 @@ from ananke_jax._src.compile.arrays import (
 )
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc, row_groups
 from ananke_jax._src.compile.budget import charge_bytes, charge_states, check_time
-from ananke_jax._src.compile.lark_lexer import NO_CUT, contextual_lexing
+from ananke_jax._src.compile.lark_lexer import contextual_lexing
 from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
-from ananke_jax._src.compile.outcome_trie import MAX_LANES, Paths, outcome_tries
+from ananke_jax._src.compile.outcome_trie import MAX_LANES, outcome_tries
+from ananke_jax._src.compile.outcome_walk import CHUNK_ROWS, Cuts, WalkedOutcomes, context_free_cuts, walk_outcomes
 from ananke_jax._src.compile.token_table import spell_tokens
 from ananke_jax._src.compile.token_trie import TokenGroups, TokenTrie, classes_of_hashes
 from ananke_jax._src.compile.unit_loops import UnitLoops, expand_unit_loops, loop_columns
 from ananke_jax._src.engines.lr import fork_width
 from ananke_jax._src.engines.pushdown import PushdownGrammar
-from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar, TerminalDef
 from ananke_jax._src.vocab import Vocabulary
 
 EMPTY_SET = 0  # the outcome set of tokens that are never allowed
-MAX_FRONTIER = 20_000_000
-_CHUNK_ROWS = 1 << 20  # walk rows stepped at once: the time between deadline checks
-_SORT_SECONDS_PER_ROW = 5e-8  # a level's sort, foreseen at the deadline check before it
-_NAMED_SPLITS = 1000  # the longest splits whose terminals a too ambiguous lexer's refusal names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,33 +92,34 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
         spelled = spell_tokens(np.vstack([lexer.transitions, lexing.cut_targets.reshape(-1, 256)]), vocab)
         transitions, targets = np.split(spelled.transitions, [lexer.num_states])
         may_start = np.ones((len(lr.terminals), lexer.num_states), bool)
-        cuts = _Cuts(lexing.cut_columns, lexing.follow, may_start, targets=targets.reshape(lexer.num_states, -1, targets.shape[1]))
+        cuts = Cuts(lexing.cut_columns, lexing.follow, may_start, targets=targets.reshape(lexer.num_states, -1, targets.shape[1]))
     else:
         column = {name: j for j, name in enumerate(lr.terminals)}
         lr_column = np.array([-1 if t.name in grammar.ignore else column[t.name] for t in grammar.terminals], np.int32)
         column_terminal = np.append(np.flatnonzero(lr_column >= 0), -1)
         start_begins, start_of_context = _lexer_starts(lr_column, begins, follow)
         lexer, loops = _lexer_with_loops(grammar.terminals, dfas, start_begins)
-        cuts = _cuts(lexer, lr_column, follow, lexer.starts[start_of_context])
+        cuts = context_free_cuts(lexer, lr_column, follow, lexer.starts[start_of_context])
         check_time()
         spelled = spell_tokens(lexer.transitions, vocab)
         transitions = spelled.transitions
 
     def walk(transitions, trie, sources):
-        return _walk_outcomes(lexer, transitions, trie, cuts, sources, lr.terminals)
+        return walk_outcomes(lexer, transitions, trie, cuts, sources, lr.terminals)
 
     # Later starts are never between tokens; loops' states get their outcomes per vocabulary.
     later = np.setdiff1d(lexer.starts[1:], lexer.starts[:1])  # (a context's start may be the initial one)
     skipped = later if loops is None else np.union1d(later, loops.rows[0])
-    q, string, outcome, *table = walk(transitions, spelled.trie, np.setdiff1d(np.arange(1, lexer.num_states), skipped))
+    walked = walk(transitions, spelled.trie, np.setdiff1d(np.arange(1, lexer.num_states), skipped))
     looped = None if loops is None else _loop_outcomes(lexer, loops, vocab, walk)
     check_time()
-    if looped is not None:  # their rows follow the walk's, one pseudo-string per value after the strings
-        table, (walked, looped_ids) = _merged_outcomes(table, looped.outcomes)
+    q, column, outcome, table = walked.q, walked.column, walked.outcome, (walked.terminals, walked.lengths, walked.lexer_after)
+    if looped is not None:  # their rows follow the walk's, one pseudo-column per value after the columns
+        table, (ids, looped_ids) = _merged_outcomes(table, looped.outcomes)
         pair_q, pair_value, pair_outcome = looped.triples(looped_ids)
         q = np.concatenate([q, pair_q])
-        string = np.concatenate([string, spelled.num_strings + 1 + pair_value])
-        outcome = np.concatenate([walked[outcome], pair_outcome])
+        column = np.concatenate([column, walked.num_columns + 1 + pair_value])
+        outcome = np.concatenate([ids[outcome], pair_outcome])
     terminals, lengths, lexer_after = table
     # The (state, outcome) pairs that occur, sorted; an outcome's local index is its rank in its
     # state's row (a dense [Q, O] table of them took gigabytes on large lexers).
@@ -130,32 +128,33 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
     state_q, state_outcome = pairs // len(lengths), pairs % len(lengths)
     local = np.searchsorted(pairs, keys) - np.searchsorted(state_q, q)
     check_time()
-    group_q, group_string, set_of_group, set_members = _outcome_sets(q, string, local)
+    group_q, group_column, set_of_group, set_members = _outcome_sets(q, column, local)
     check_time()
-    walked_group = group_string < spelled.num_strings
+    is_walked = group_column < walked.num_columns
 
-    # Strings whose outcome sets agree in every lexer state form a class. The (state, string)
-    # table of sets is sparse (EMPTY_SET = 0 elsewhere), so its columns are hashed from the groups;
-    # the last column stands for tokens never allowed.
+    # Columns whose outcome sets agree in every lexer state form a class. The (state, column)
+    # table of sets is sparse (EMPTY_SET = 0 elsewhere), so the columns are hashed from the
+    # groups; the last column stands for tokens never allowed.
     multipliers = hash_multipliers(lexer.num_states)
-    hashes = np.zeros((len(multipliers), spelled.num_strings + 1), np.uint64)
+    hashes = np.zeros((len(multipliers), walked.num_columns + 1), np.uint64)
     for row, weights in zip(hashes, multipliers):
-        np.add.at(row, group_string[walked_group], weights[group_q[walked_group]] * set_of_group[walked_group].astype(np.uint64))
-    string_class, representatives = classes_of_hashes(hashes)
-    token_class = np.full(vocab.logits_width, string_class[-1], np.int64)
-    token_class[spelled.token_ids] = string_class[spelled.spelling]
-    column = np.full(spelled.num_strings + 1, -1, np.int64)
-    column[representatives] = np.arange(len(representatives))
-    chosen = walked_group & (column[np.minimum(group_string, spelled.num_strings)] >= 0)
+        np.add.at(row, group_column[is_walked], weights[group_q[is_walked]] * set_of_group[is_walked].astype(np.uint64))
+    column_class, representatives = classes_of_hashes(hashes)
+    string_column = np.where(walked.string_column >= 0, walked.string_column, walked.num_columns)
+    token_class = np.full(vocab.logits_width, column_class[-1], np.int64)
+    token_class[spelled.token_ids] = column_class[string_column[spelled.spelling]]
+    class_index = np.full(walked.num_columns + 1, -1, np.int64)
+    class_index[representatives] = np.arange(len(representatives))
+    chosen = is_walked & (class_index[np.minimum(group_column, walked.num_columns)] >= 0)
     class_set = np.full((lexer.num_states, len(representatives)), EMPTY_SET, np.int32)
-    class_set[group_q[chosen], column[group_string[chosen]]] = set_of_group[chosen]
+    class_set[group_q[chosen], class_index[group_column[chosen]]] = set_of_group[chosen]
     if looped is not None:
         token_class, class_set = looped.classes(
             token_class,
             class_set,
-            group_q[~walked_group],
-            group_string[~walked_group] - spelled.num_strings - 1,
-            set_of_group[~walked_group],
+            group_q[~is_walked],
+            group_column[~is_walked] - walked.num_columns - 1,
+            set_of_group[~is_walked],
         )
 
     return CFGTables(
@@ -248,7 +247,7 @@ class _LoopOutcomes:
         known = set_q * width + set_value
         order = np.argsort(known, kind="stable")
         known, set_id = known[order], set_id[order]
-        for part in _slices(np.full(len(self.rows), len(classes)), _CHUNK_ROWS):
+        for part in balanced_slices(np.full(len(self.rows), len(classes)), CHUNK_ROWS):
             check_time()
             values = np.where(of_loop >= 0, self.columns[part][:, np.maximum(of_loop, 0)], DEAD).astype(np.int64)
             class_set[self.rows[part]] = _lookup(known, set_id, self.rows[part, None] * width + values, EMPTY_SET)
@@ -267,20 +266,20 @@ def _loop_outcomes(lexer: Lexer, loops: UnitLoops, vocab: Vocabulary, walk) -> _
     """The outcomes of every token from the states inside ``loops``, from the vocabulary's outcomes
     of the unit language (`unit_loops.loop_columns`): a token that stays in its loop completes no
     terminal; one that leaves it goes on as its remainder does from the state the exit enters,
-    walked here (``walk(transitions, trie, sources)``, `_walk_outcomes`) once per remainder and
+    walked here (``walk(transitions, trie, sources)``, `outcome_walk.walk_outcomes`) once per remainder and
     such state."""
     tables, values = [], []
 
     def after_remainders(entered: np.ndarray, trie: TokenTrie) -> np.ndarray:
-        q, remainder, outcome, terminals, lengths, after = walk(lexer.transitions, trie, entered)
-        position = np.zeros(int(trie.token_ids.max(initial=0)) + 1, np.int64)
-        position[trie.token_ids] = np.arange(len(trie.token_ids))
-        keys, key_of = np.unique(q * len(position) + remainder, return_inverse=True)
-        found = np.full((len(entered), len(trie.token_ids)), DEAD, np.int64)
-        found[np.searchsorted(entered, keys // len(position)), position[keys % len(position)]] = lexer.num_states + np.arange(len(keys))
-        tables.append((terminals[outcome], lengths[outcome], after[outcome]))
+        found: WalkedOutcomes = walk(lexer.transitions, trie, entered)
+        # A value per (state, column) pair that occurs.
+        width = found.num_columns + 1
+        keys, key_of = np.unique(found.q * width + found.column, return_inverse=True)
+        column = found.string_column[trie.token_ids]
+        queries = entered[:, None] * width + np.where(column >= 0, column, found.num_columns)[None, :]
+        tables.append((found.terminals[found.outcome], found.lengths[found.outcome], found.lexer_after[found.outcome]))
         values.append(lexer.num_states + key_of.reshape(-1))
-        return found
+        return _lookup(keys, lexer.num_states + np.arange(len(keys)), queries, DEAD)
 
     rows, groups, class_of_group, columns = loop_columns(loops, lexer.transitions, vocab, after_remainders)
     check_time()
@@ -334,197 +333,10 @@ def _lexer_starts(lr_column: np.ndarray, begins: np.ndarray, follow: np.ndarray)
     return contexts[first[order]], rank[index.reshape(-1)]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Cuts:
-    """Where `_walk_outcomes` may cut a terminal, and how lexing goes on after the cut.
-
-    Attributes:
-      columns: int32[Q, E], the LR columns a cut in each lexer state may emit (-1: an ignored
-        terminal), padded with ``NO_CUT``.
-      follow: bool[T, T], LR column b may come right after a.
-      may_start: bool[T + 1, Q], after LR column a (or none), lexer state p may still become a
-        terminal that can follow.
-      start_after: int[T + 1], the lexer start after LR column a (at a + 1; at 0: no terminal
-        yet, or one the lexer state does not know); or else
-      targets: int[Q, E, C], the lexer state after cut e from each state before each label
-        (``lexer="lark"``, `lark_lexer.ContextualLexing`).
-    """
-
-    columns: np.ndarray
-    follow: np.ndarray
-    may_start: np.ndarray
-    start_after: np.ndarray | None = None
-    targets: np.ndarray | None = None
-
-
-def _cuts(lexer: Lexer, lr_column: np.ndarray, follow: np.ndarray, start_after: np.ndarray) -> _Cuts:
-    """The cuts of the context-free reading: wherever a terminal ends, pruned by ``follow``."""
-    end_terminals = padded_groups(*np.nonzero(lexer.ends), lexer.num_states)
-    columns = np.where(end_terminals >= 0, lr_column[end_terminals], NO_CUT).astype(np.int32)
-    # A start that begins every terminal needs this pruning.
-    follow_lexer = np.where(lr_column >= 0, follow[:, np.maximum(lr_column, 0)], True)
-    may_start = np.concatenate([np.ones((1, lexer.num_states), bool), (lexer.alive[None, :, :] & follow_lexer[:, None, :]).any(axis=2)])
-    return _Cuts(columns, follow, may_start, start_after=start_after)
-
-
-def _walk_outcomes(lexer: Lexer, transitions: np.ndarray, trie: TokenTrie, cuts: _Cuts, sources: np.ndarray, names: tuple[str, ...]):
-    """All outcomes of every (lexer state in ``sources``, class string), by a breadth-first walk
-    of ``trie`` (over the labels of ``transitions``: byte classes, or bytes).
-
-    Cuts that put two terminals next to each other that never follow one another in the
-    grammar (``cuts.follow``) are pruned: no parse could take them, and without the pruning,
-    runs of identifier characters would split in exponentially many ways. After a cut the lexer
-    goes on from a start (`_Cuts`) that begins only the terminals that may follow.
-
-    Raises:
-      GrammarError: the token strings split into too many terminal sequences (``names``, the
-        LR columns' terminals, name those of the longest).
-
-    Returns:
-      Per (state, string, outcome) triple, deduplicated and with the triples of a (state, string)
-      pair together: q, string, outcome (int64 arrays);
-      and per outcome: the padded LR columns it completes, their count and the final lexer state.
-    """
-    string_at = np.full(trie.num_nodes, -1, np.int64)
-    string_at[trie.token_nodes] = trie.token_ids
-    start_rows = None if cuts.start_after is None else transitions[cuts.start_after]  # [T + 1, C]
-    sequences = Paths(len(cuts.follow))  # the LR columns an outcome completes so far
-
-    # Frontier rows (trie node, source state, lexer state, sequence) packed into sorted int64 keys,
-    # the node most significant: the rows of one node are contiguous.
-    q_bits = max(1, (lexer.num_states - 1).bit_length())
-    node_shift = 63 - max(1, trie.num_nodes.bit_length())
-    q_shift = node_shift - q_bits
-    lex_shift = q_shift - q_bits  # the sequence id takes the low bits
-    state_mask, seq_mask = (1 << q_bits) - 1, (1 << lex_shift) - 1
-
-    def walk_from(live: np.ndarray) -> list[np.ndarray]:
-        """The keys of the rows that end a string, walked from the states ``live``; raises
-        `_FrontierOverflow` when a level holds over `MAX_FRONTIER` rows."""
-        keys = (live << q_shift) | (live << lex_shift)
-        found = []
-        offset = 1
-        for parents, labels in zip(trie.parents, trie.labels):
-            children = offset + np.arange(len(parents), dtype=np.int64)
-            offset += len(parents)
-            lo = np.searchsorted(keys, parents.astype(np.int64) << node_shift)
-            hi = np.searchsorted(keys, (parents.astype(np.int64) + 1) << node_shift)
-            level = []
-            for part in _slices(hi - lo, _CHUNK_ROWS):  # a deadline check per slice of a level's rows
-                check_time()
-                counts = (hi - lo)[part]
-                pick = concatenated_ranges(lo[part], counts)
-                child, label, row = np.repeat(children[part] << node_shift, counts), np.repeat(labels[part], counts), keys[pick]
-                lex = (row >> lex_shift) & state_mask
-                kept = row & ((state_mask << q_shift) | seq_mask)  # source state and sequence
-                # Read on inside the current terminal...
-                cont = transitions[lex, label]
-                alive = cont != DEAD
-                inside = child[alive] | kept[alive] | (cont[alive].astype(np.int64) << lex_shift)
-                # ...or cut after a terminal that ends here and start the next one with this byte,
-                # where the grammar lets the next terminal follow the one just cut.
-                if cuts.targets is None:
-                    pair, slot = np.nonzero(cuts.columns[lex] != NO_CUT)
-                else:  # most cuts of a longest-match lexer are not allowed: only where a target is
-                    pair, slot = np.nonzero(cuts.targets[lex, :, label] != DEAD)
-                column = cuts.columns[lex[pair], slot]
-                seq = row[pair] & seq_mask
-                last = np.asarray(sequences.column)[seq]
-                new_last = np.where(column >= 0, column, last)
-                if cuts.targets is None:
-                    cut = start_rows[new_last + 1, label[pair]]
-                else:
-                    cut = cuts.targets[lex[pair], slot, label[pair]]
-                fits = (cut != DEAD) & ((column < 0) | (last < 0) | cuts.follow[np.maximum(last, 0), np.maximum(column, 0)])
-                fits &= cuts.may_start[new_last + 1, cut]
-                pair, column, cut, seq = pair[fits], column[fits], cut[fits], seq[fits]
-                extended = seq.copy()  # ignored terminals leave the sequence as it is
-                extended[column >= 0] = sequences.child(seq[column >= 0], column[column >= 0])
-                if len(sequences) > seq_mask:
-                    raise _too_ambiguous(sequences, names)
-                level += [inside, child[pair] | (row[pair] & (state_mask << q_shift)) | (cut.astype(np.int64) << lex_shift) | extended]
-            keys = np.concatenate(level)
-            check_time(ahead=_SORT_SECONDS_PER_ROW * len(keys))
-            keys = sorted_unique(keys)
-            if len(keys) > MAX_FRONTIER:
-                raise _FrontierOverflow
-            found.append(keys[string_at[keys >> node_shift] >= 0])
-        return found
-
-    # Sources are walked apart from one another, so a walk whose frontier is too large is split
-    # in halves; only one from a single state is refused (its tokens split too many ways).
-    found, pending = [], [np.unique(sources).astype(np.int64)]
-    while pending:
-        part = pending.pop()
-        try:
-            found += walk_from(part)
-        except _FrontierOverflow:
-            if len(part) == 1:
-                raise _too_ambiguous(sequences, names) from None
-            pending += [part[len(part) // 2 :], part[: len(part) // 2]]
-    found = np.concatenate(found) if found else np.zeros(0, np.int64)
-
-    # An outcome is a (terminal sequence, final lexer state) pair.
-    pairs = (found & seq_mask) * lexer.num_states + ((found >> lex_shift) & state_mask)
-    unique_pairs = sorted_unique(pairs)
-    outcome = np.searchsorted(unique_pairs, pairs)
-    seqs, lexer_after = unique_pairs // lexer.num_states, unique_pairs % lexer.num_states
-    terminals, lengths = _materialise(np.asarray(sequences.parent), np.asarray(sequences.column), seqs)
-    return (found >> q_shift) & state_mask, string_at[found >> node_shift], outcome, terminals, lengths, lexer_after.astype(np.int32)
-
-
-class _FrontierOverflow(Exception):
-    """A level of the outcome walk holds more than `MAX_FRONTIER` rows."""
-
-
-def _too_ambiguous(sequences: Paths, names: tuple[str, ...]) -> GrammarError:
-    """The refusal of a lexer whose tokens split in too many ways, naming the terminals of the
-    longest splits found (they overlap and may follow one another with nothing between)."""
-
-    def spelled(path: int) -> list[str]:
-        out = []
-        while path:
-            out.append(names[sequences.column[path]])
-            path = sequences.parent[path]
-        return out[::-1]
-
-    depth = np.asarray(sequences.depth)
-    longest = [spelled(int(p)) for p in np.flatnonzero(depth == depth.max())[:_NAMED_SPLITS]]
-    overlapping = sorted({name for split in longest for name in split})
-    return GrammarError(
-        f"the grammar's lexer is too ambiguous for this vocabulary: tokens read as {len(sequences):,} different terminal "
-        f"sequences, such as {' '.join(longest[0])}. The terminals {', '.join(overlapping)} overlap and may follow one "
-        "another with nothing between them: require a separator between them, or make them disjoint"
-    )
-
-
-def _slices(counts: np.ndarray, size: int) -> list[slice]:
-    """Consecutive slices of ``counts`` (int[n]) that each sum to about ``size`` (a slice where
-    the running sum passes a multiple of ``size`` ends there)."""
-    groups = np.cumsum(counts) // size
-    bounds = [0, *(np.flatnonzero(np.diff(groups)) + 1).tolist(), len(counts)]
-    return [slice(a, b) for a, b in itertools.pairwise(bounds)]
-
-
-def _materialise(parent: np.ndarray, column: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """int32[O, M] columns of the interned sequences (padded -1) and int32[O] lengths."""
-    reversed_cols, cur = [], seqs.copy()
-    while (cur > 0).any():
-        reversed_cols.append(np.where(cur > 0, column[cur], -1))
-        cur = np.where(cur > 0, parent[cur], 0)
-    lengths = (np.stack(reversed_cols, axis=1) >= 0).sum(axis=1) if reversed_cols else np.zeros(len(seqs), np.int64)
-    width = max(1, len(reversed_cols))
-    out = np.full((len(seqs), width), -1, np.int32)
-    for i, cols in enumerate(reversed_cols):  # column i holds the i-th terminal from the end
-        rows = np.flatnonzero(cols >= 0)
-        out[rows, lengths[rows] - 1 - i] = cols[rows]
-    return out, lengths.astype(np.int32)
-
-
 def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Intern the set of (local) outcomes of each (state, string) group.
 
-    The rows come from `_walk_outcomes`, distinct and with the rows of a group contiguous.
+    The rows come from `outcome_walk.walk_outcomes`, distinct and with the rows of a group contiguous.
 
     Returns:
       The state, string and set id of each group, and int32[NS, Z], the outcomes of each set
@@ -610,7 +422,7 @@ def _state_set_pairs(class_set: np.ndarray, class_size: np.ndarray, num_sets: in
     state, in order: int64[P] states and sets; int64[Q, C], each entry's pair; and float64[P],
     the tokens of each pair (``class_size``, int[C], the tokens of each class). Counted in blocks
     of states over a dense [block, ``num_sets``] table (sorting the Q x C keys took seconds)."""
-    rows = max(1, _CHUNK_ROWS // max(num_sets, 1))
+    rows = max(1, CHUNK_ROWS // max(num_sets, 1))
     states, sets, sizes = [], [], []
     pair_of = np.empty(class_set.shape, np.int64)
     found = 0

@@ -1,0 +1,312 @@
+"""The outcomes of a vocabulary's strings from lexer states: a breadth-first walk of the strings'
+prefix tree through the lexer, cutting terminals where they end (numpy, host).
+
+From each lexer state, a string's bytes may complete terminals on the way; since the lexer has
+no priorities, every place where a terminal ends may be a cut or not. A string's *outcome* is one
+way through: the LR columns it completes (ignored terminals left out) and the lexer state after
+its last byte. The walk steps all source states at once. A trie node's *function* is its set of
+rows (source state, lexer state, columns so far); nodes of a level with equal functions act
+alike below them, so the walk steps each distinct function once per label, not each node (most
+nodes share a few functions: the strings inside a string literal, a number, whitespace).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ananke_jax._src.compile.arrays import (
+    balanced_slices,
+    concatenated_ranges,
+    padded_groups,
+    run_starts,
+    sorted_unique,
+    unique_first_inverse,
+)
+from ananke_jax._src.compile.automaton import DEAD
+from ananke_jax._src.compile.budget import check_time
+from ananke_jax._src.compile.lark_lexer import NO_CUT
+from ananke_jax._src.compile.lexer import Lexer
+from ananke_jax._src.compile.outcome_trie import Paths
+from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes
+from ananke_jax._src.errors import GrammarError
+
+MAX_FRONTIER = 20_000_000  # the most rows of a level before its source states are walked in halves
+CHUNK_ROWS = 1 << 20  # rows stepped at once: the time between deadline checks
+_SORT_SECONDS_PER_ROW = 5e-8  # a level's sort, foreseen at the deadline check before it
+_NAMED_SPLITS = 1000  # the longest splits whose terminals a too ambiguous lexer's refusal names
+_SEEDS = (0x9E3779B97F4A7C15, 0xD1B54A32D192ED03)  # of the two hashes of a function's rows
+
+
+@dataclasses.dataclass(frozen=True)
+class Cuts:
+    """Where `walk_outcomes` may cut a terminal, and how lexing goes on after the cut.
+
+    Attributes:
+      columns: int32[Q, E], the LR columns a cut in each lexer state may emit (-1: an ignored
+        terminal), padded with ``NO_CUT``.
+      follow: bool[T, T], LR column b may come right after a.
+      may_start: bool[T + 1, Q], after LR column a (or none), lexer state p may still become a
+        terminal that can follow.
+      start_after: int[T + 1], the lexer start after LR column a (at a + 1; at 0: no terminal
+        yet, or one the lexer state does not know); or else
+      targets: int[Q, E, C], the lexer state after cut e from each state before each label
+        (``lexer="lark"``, `lark_lexer.ContextualLexing`).
+    """
+
+    columns: np.ndarray
+    follow: np.ndarray
+    may_start: np.ndarray
+    start_after: np.ndarray | None = None
+    targets: np.ndarray | None = None
+
+
+def context_free_cuts(lexer: Lexer, lr_column: np.ndarray, follow: np.ndarray, start_after: np.ndarray) -> Cuts:
+    """The cuts of the context-free reading: wherever a terminal ends, pruned by ``follow``."""
+    end_terminals = padded_groups(*np.nonzero(lexer.ends), lexer.num_states)
+    columns = np.where(end_terminals >= 0, lr_column[end_terminals], NO_CUT).astype(np.int32)
+    # A start that begins every terminal needs this pruning.
+    follow_lexer = np.where(lr_column >= 0, follow[:, np.maximum(lr_column, 0)], True)
+    may_start = np.concatenate([np.ones((1, lexer.num_states), bool), (lexer.alive[None, :, :] & follow_lexer[:, None, :]).any(axis=2)])
+    return Cuts(columns, follow, may_start, start_after=start_after)
+
+
+@dataclasses.dataclass(frozen=True)
+class WalkedOutcomes:
+    """The outcomes of a trie's strings from some lexer states. Strings whose outcomes agree from
+    every source share a *column*.
+
+    Attributes:
+      string_column: int64[I], the column of each string id (the trie's ``token_ids``; -1: dead
+        from every source, or no string).
+      num_columns: the number of columns.
+      q, column, outcome: int64[X] each, the distinct (source state, column, outcome) triples,
+        those of a (source, column) pair together.
+      terminals: int32[O, M], the LR columns each outcome completes (padded with -1);
+        lengths: int32[O], their count; lexer_after: int32[O], the lexer state after it.
+    """
+
+    string_column: np.ndarray
+    num_columns: int
+    q: np.ndarray
+    column: np.ndarray
+    outcome: np.ndarray
+    terminals: np.ndarray
+    lengths: np.ndarray
+    lexer_after: np.ndarray
+
+
+def walk_outcomes(
+    lexer: Lexer, transitions: np.ndarray, trie: TokenTrie, cuts: Cuts, sources: np.ndarray, names: tuple[str, ...]
+) -> WalkedOutcomes:
+    """All outcomes of every (lexer state in ``sources``, string of ``trie``), by a breadth-first
+    walk of the trie (over the labels of ``transitions``: byte classes, or bytes).
+
+    Cuts that put two terminals next to each other that never follow one another in the
+    grammar (``cuts.follow``) are pruned: no parse could take them, and without the pruning,
+    runs of identifier characters would split in exponentially many ways. After a cut the lexer
+    goes on from a start (`Cuts`) that begins only the terminals that may follow.
+
+    Raises:
+      GrammarError: the strings split into too many terminal sequences (``names``, the LR
+        columns' terminals, name those of the longest).
+    """
+    string_at = np.full(trie.num_nodes, -1, np.int64)
+    string_at[trie.token_nodes] = trie.token_ids
+    num_ids = int(trie.token_ids.max(initial=-1)) + 1
+    start_rows = None if cuts.start_after is None else transitions[cuts.start_after]  # [T + 1, C]
+    sequences = Paths(len(cuts.follow))  # the LR columns an outcome completes so far
+    alphabet = transitions.shape[1]
+
+    # Rows (function, source state, lexer state, sequence) packed into sorted int64 keys, the
+    # function most significant: the rows of a function are contiguous. While a level is stepped
+    # the top field is a step (a function and a label); at the ends, a column.
+    q_bits = max(1, (lexer.num_states - 1).bit_length())
+    top_shift = 63 - max(1, trie.num_nodes.bit_length())
+    q_shift = top_shift - q_bits
+    lex_shift = q_shift - q_bits  # the sequence id takes the low bits
+    state_mask, seq_mask = (1 << q_bits) - 1, (1 << lex_shift) - 1
+    row_mask = (1 << top_shift) - 1
+
+    def step(rows: np.ndarray, function: np.ndarray, label: np.ndarray) -> np.ndarray:
+        """The sorted rows of each step s (``label[s]`` read by the rows of ``function[s]``)."""
+        lo = np.searchsorted(rows, function << top_shift)
+        hi = np.searchsorted(rows, (function + 1) << top_shift)
+        level = []
+        for part in balanced_slices(hi - lo, CHUNK_ROWS):  # a deadline check per slice of a level's rows
+            check_time()
+            counts = (hi - lo)[part]
+            pick = concatenated_ranges(lo[part], counts)
+            top = np.repeat(np.arange(len(function))[part] << top_shift, counts)
+            read, row = np.repeat(label[part], counts), rows[pick]
+            lex = (row >> lex_shift) & state_mask
+            kept = row & ((state_mask << q_shift) | seq_mask)  # source state and sequence
+            # Read on inside the current terminal...
+            cont = transitions[lex, read]
+            alive = cont != DEAD
+            inside = top[alive] | kept[alive] | (cont[alive].astype(np.int64) << lex_shift)
+            # ...or cut after a terminal that ends here and start the next one with this byte,
+            # where the grammar lets the next terminal follow the one just cut.
+            if cuts.targets is None:
+                pair, slot = np.nonzero(cuts.columns[lex] != NO_CUT)
+            else:  # most cuts of a longest-match lexer are not allowed: only where a target is
+                pair, slot = np.nonzero(cuts.targets[lex, :, read] != DEAD)
+            column = cuts.columns[lex[pair], slot]
+            seq = row[pair] & seq_mask
+            last = np.asarray(sequences.column)[seq]
+            new_last = np.where(column >= 0, column, last)
+            cut = start_rows[new_last + 1, read[pair]] if cuts.targets is None else cuts.targets[lex[pair], slot, read[pair]]
+            fits = (cut != DEAD) & ((column < 0) | (last < 0) | cuts.follow[np.maximum(last, 0), np.maximum(column, 0)])
+            fits &= cuts.may_start[new_last + 1, cut]
+            pair, column, cut, seq = pair[fits], column[fits], cut[fits], seq[fits]
+            extended = seq.copy()  # ignored terminals leave the sequence as it is
+            extended[column >= 0] = sequences.child(seq[column >= 0], column[column >= 0])
+            if len(sequences) > seq_mask:
+                raise _too_ambiguous(sequences, names)
+            level += [inside, top[pair] | (row[pair] & (state_mask << q_shift)) | (cut.astype(np.int64) << lex_shift) | extended]
+        keys = np.concatenate(level) if level else np.zeros(0, np.int64)
+        check_time(ahead=_SORT_SECONDS_PER_ROW * len(keys))
+        if len(keys) > MAX_FRONTIER:
+            raise _FrontierOverflow
+        return sorted_unique(keys)
+
+    def walk_from(live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The column of each string id and the rows that end strings, walked from the states
+        ``live``; raises `_FrontierOverflow` when a level would hold over `MAX_FRONTIER` rows."""
+        rows = (live << q_shift) | (live << lex_shift)  # function 0, of the root
+        node_function = np.zeros(1, np.int64)  # of the previous level's nodes (-1: dead)
+        string_column, ends, num_columns = np.full(num_ids, -1, np.int64), [], 0
+        first, offset = 0, 1  # the ids of the previous level's first node and of this level's
+        for parents, labels in zip(trie.parents, trie.labels):
+            function_of_parent = node_function[parents - first]
+            child = np.flatnonzero(function_of_parent >= 0)
+            if not len(child):
+                break
+            steps, _, step_of_child = unique_first_inverse(function_of_parent[child] * alphabet + labels[child])
+            keys = step(rows, steps // alphabet, steps % alphabet)
+            # Steps with equal rows are one function of this level.
+            starts = np.flatnonzero(run_starts(keys >> top_shift))
+            hashes = (
+                np.stack([np.add.reduceat(_mixed(keys & row_mask, seed), starts) for seed in _SEEDS])
+                if len(keys)
+                else np.zeros((2, 0), np.uint64)
+            )
+            function_of_live, representative = classes_of_hashes(hashes)
+            function_of_step = np.full(len(steps), -1, np.int64)
+            function_of_step[keys[starts] >> top_shift] = function_of_live
+            sizes = np.diff(np.append(starts, len(keys)))[representative]
+            rows = (np.repeat(np.arange(len(representative)), sizes) << top_shift) | (
+                keys[concatenated_ranges(starts[representative], sizes)] & row_mask
+            )
+            node_function = np.full(len(parents), -1, np.int64)
+            node_function[child] = function_of_step[step_of_child]
+            # The strings that end at this level: a new column per function of theirs.
+            strings = string_at[offset : offset + len(parents)]
+            ending = np.flatnonzero((strings >= 0) & (node_function >= 0))
+            if len(ending):
+                used, rank = np.unique(node_function[ending], return_inverse=True)
+                string_column[strings[ending]] = num_columns + rank.reshape(-1)
+                lo, hi = np.searchsorted(rows, used << top_shift), np.searchsorted(rows, (used + 1) << top_shift)
+                column = np.repeat(num_columns + np.arange(len(used)), hi - lo)
+                ends.append((column << top_shift) | (rows[concatenated_ranges(lo, hi - lo)] & row_mask))
+                num_columns += len(used)
+            first, offset = offset, offset + len(parents)
+        return string_column, np.concatenate(ends) if ends else np.zeros(0, np.int64)
+
+    # Sources are walked apart from one another, so a walk whose frontier is too large is split
+    # in halves; only one from a single state is refused (its strings split too many ways).
+    parts, pending = [], [np.unique(sources).astype(np.int64)]
+    while pending:
+        part = pending.pop()
+        try:
+            parts.append(walk_from(part))
+        except _FrontierOverflow:
+            if len(part) == 1:
+                raise _too_ambiguous(sequences, names) from None
+            pending += [part[len(part) // 2 :], part[: len(part) // 2]]
+    string_column, rows = parts[0] if len(parts) == 1 else _joined(parts, top_shift)
+
+    # An outcome is a (terminal sequence, final lexer state) pair, numbered in the order of
+    # their columns (not of the sequences' ids, which depend on the order of the walks).
+    pairs = (rows & seq_mask) * lexer.num_states + ((rows >> lex_shift) & state_mask)
+    unique_pairs = sorted_unique(pairs)
+    seqs, lexer_after = unique_pairs // lexer.num_states, unique_pairs % lexer.num_states
+    terminals, lengths = _materialise(np.asarray(sequences.parent), np.asarray(sequences.column), seqs)
+    order = np.lexsort([lexer_after, *terminals.T[::-1]])
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return WalkedOutcomes(
+        string_column=string_column,
+        num_columns=int(string_column.max(initial=-1)) + 1,
+        q=(rows >> q_shift) & state_mask,
+        column=rows >> top_shift,
+        outcome=rank[np.searchsorted(unique_pairs, pairs)],
+        terminals=terminals[order],
+        lengths=lengths[order],
+        lexer_after=lexer_after[order].astype(np.int32),
+    )
+
+
+def _mixed(values: np.ndarray, seed: int) -> np.ndarray:
+    """uint64[N]: a 64-bit mix (splitmix64's finaliser) of each value, seeded; summed over a
+    set, it hashes the set."""
+    z = values.astype(np.uint64) + np.uint64(seed)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _joined(parts: list[tuple[np.ndarray, np.ndarray]], top_shift: int) -> tuple[np.ndarray, np.ndarray]:
+    """One walk's (string columns, end rows) from the walks of parts of its sources: a column
+    per distinct tuple of the parts' columns, holding their rows."""
+    distinct, inverse = np.unique(np.stack([p[0] for p in parts], axis=1), axis=0, return_inverse=True)
+    live = ~(distinct == -1).all(axis=1)
+    column = np.where(live, np.cumsum(live) - 1, -1)
+    rows = []
+    for (_, ends), part_column in zip(parts, distinct[live].T):
+        at = ends >> top_shift
+        lo, hi = np.searchsorted(at, part_column), np.searchsorted(at, part_column, side="right")
+        picked = ends[concatenated_ranges(lo, hi - lo)] & ((1 << top_shift) - 1)
+        rows.append((np.repeat(np.arange(len(part_column)), hi - lo) << top_shift) | picked)
+    return column[inverse.reshape(-1)], sorted_unique(np.concatenate(rows))
+
+
+class _FrontierOverflow(Exception):
+    """A level of the outcome walk holds more than `MAX_FRONTIER` rows."""
+
+
+def _too_ambiguous(sequences: Paths, names: tuple[str, ...]) -> GrammarError:
+    """The refusal of a lexer whose strings split in too many ways, naming the terminals of the
+    longest splits found (they overlap and may follow one another with nothing between)."""
+
+    def spelled(path: int) -> list[str]:
+        out = []
+        while path:
+            out.append(names[sequences.column[path]])
+            path = sequences.parent[path]
+        return out[::-1]
+
+    depth = np.asarray(sequences.depth)
+    longest = [spelled(int(p)) for p in np.flatnonzero(depth == depth.max())[:_NAMED_SPLITS]]
+    overlapping = sorted({name for split in longest for name in split})
+    return GrammarError(
+        f"the grammar's lexer is too ambiguous for this vocabulary: tokens read as {len(sequences):,} different terminal "
+        f"sequences, such as {' '.join(longest[0])}. The terminals {', '.join(overlapping)} overlap and may follow one "
+        "another with nothing between them: require a separator between them, or make them disjoint"
+    )
+
+
+def _materialise(parent: np.ndarray, column: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int32[O, M] columns of the interned sequences (padded -1) and int32[O] lengths."""
+    reversed_cols, cur = [], seqs.copy()
+    while (cur > 0).any():
+        reversed_cols.append(np.where(cur > 0, column[cur], -1))
+        cur = np.where(cur > 0, parent[cur], 0)
+    lengths = (np.stack(reversed_cols, axis=1) >= 0).sum(axis=1) if reversed_cols else np.zeros(len(seqs), np.int64)
+    width = max(1, len(reversed_cols))
+    out = np.full((len(seqs), width), -1, np.int32)
+    for i, cols in enumerate(reversed_cols):  # column i holds the i-th terminal from the end
+        rows = np.flatnonzero(cols >= 0)
+        out[rows, lengths[rows] - 1 - i] = cols[rows]
+    return out, lengths.astype(np.int32)
