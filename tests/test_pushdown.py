@@ -585,6 +585,24 @@ def test_the_outcome_walk_equals_each_state_and_string_read_alone(sentencepiece_
     assert walked.num_columns < len(trie.token_ids) // 10, walked.num_columns  # strings that act alike share a column
 
 
+def test_lexer_states_along_a_bounded_string_share_rows_and_mask_as_the_token_dfa(sentencepiece_vocab):
+    """Strings of up to 40 characters are chains of lexer states whose tables are alike: the
+    pushdown engine keeps them once per distinct row (``lexer_row``). Along random walks its masks
+    equal those of the token DFA compiled from the same schema."""
+    schema = {"type": "array", "items": {"type": "string", "maxLength": 40}, "maxItems": 4}
+    dfa = aj.compile_json_schema(schema, sentencepiece_vocab, whitespace="compact")
+    cg = aj.compile_json_schema(schema, sentencepiece_vocab, whitespace="compact", engine="pushdown")
+    assert isinstance(dfa, aj.RegularGrammar) and isinstance(cg, aj.PushdownGrammar)
+    assert 4 * cg.class_set.shape[0] < cg.lexer_row.shape[0]
+    compared = 0
+    for walk in _random_walks(cg, sentencepiece_vocab, np.random.default_rng(2), walks=6, steps=30):
+        state, dfa_state = cg.init_state(), dfa.init_state()
+        for token in walk:
+            np.testing.assert_array_equal(_mask(cg, state), _mask(dfa, dfa_state))
+            state, dfa_state, compared = _advance(cg, state, token), _advance(dfa, dfa_state, token), compared + 1
+    assert compared == 180
+
+
 def test_a_last_lexer_state_whose_outcomes_complete_nothing_gets_no_trie_node():
     """Outcomes that complete no terminal have no trie node (-1), also from the last lexer
     state when it has no node at all (its key would sort past every node's)."""

@@ -16,7 +16,7 @@ import numpy as np
 
 from ananke_jax._src.compile.cfg import EMPTY_SET
 from ananke_jax._src.compile.outcome_trie import NO_CHUNK, chunk_layout
-from ananke_jax._src.engines.pushdown import PushdownGrammar
+from ananke_jax._src.engines.pushdown import STATIC_FIELDS, PushdownGrammar
 from ananke_jax._src.engines.regular import RegularGrammar
 
 
@@ -55,23 +55,36 @@ _CFG_AXES = {
     "goto": (("S", "G"), 0),
     "rule_lhs": (("R",), 0),
     "rule_length": (("R",), 0),
+    "lexer_row": (("Q",), 0),
     "state_outcomes": (("Q", "P"), -1),
     "outcome_terminals": (("O", "M"), 0),
     "outcome_length": (("O",), 0),
-    "outcome_node": (("Q", "P"), -1),
-    "outcome_lookahead": (("Q", "P", "L"), -1),
-    "outcome_free": (("Q", "P"), False),
+    "outcome_node": (("D", "P"), -1),
+    "outcome_lookahead": (("D", "P", "L"), -1),
+    "outcome_free": (("D", "P"), False),
     "outcome_lexer": (("Q", "P"), -1),
-    "complete_node": (("Q", "E"), -1),
+    "complete_node": (("D", "E"), -1),
     "set_members": (("NS", "Z"), -1),
-    "class_set": (("Q", "C"), EMPTY_SET),
-    "state_sets": (("Q", "NSQ"), EMPTY_SET),
+    "class_set": (("D", "C"), EMPTY_SET),
+    "state_sets": (("D", "NSQ"), EMPTY_SET),
     "mask_rows": (("ROWS", "W"), 0),
-    "dense_row": (("Q", "B"), 0),
-    "dense_set": (("Q", "B"), 0),
-    "sparse_token": (("Q", "SZ"), 0),
-    "sparse_set": (("Q", "SZ"), 0),
+    "dense_row": (("D", "B"), 0),
+    "dense_set": (("D", "B"), 0),
+    "sparse_token": (("D", "SZ"), 0),
+    "sparse_set": (("D", "SZ"), 0),
 }
+
+
+def per_lexer_state(cg: PushdownGrammar) -> dict[str, np.ndarray]:
+    """``cg``'s tables on the host, those indexed by row (`PushdownGrammar.lexer_row`) gathered
+    to one row per lexer state."""
+    rows = np.asarray(cg.lexer_row)
+    by_row = {field for field, (axes, _) in _CFG_AXES.items() if axes[0] == "D"} | set(_TRIE_LAYOUT)
+    host = {f.name: np.asarray(getattr(cg, f.name)) for f in dataclasses.fields(cg) if f.name not in STATIC_FIELDS}
+    return {name: x[rows] if name in by_row else x for name, x in host.items()}
+
+
+_TRIE_LAYOUT = ("node_parent", "node_column", "chunk_start", "num_chunks", "node_chunk")  # by row, laid out per bank
 
 
 def _axis_sizes(cg: PushdownGrammar) -> dict[str, int]:
@@ -82,8 +95,9 @@ def _axis_sizes(cg: PushdownGrammar) -> dict[str, int]:
 
 
 def trie_parents(cg: PushdownGrammar) -> list[np.ndarray]:
-    """Each lexer state's trie nodes' parents. The last node (breadth first) is a leaf, and every
-    leaf ends an outcome, a lookahead or a completion, so the highest node they name counts them."""
+    """The trie nodes' parents of each row of ``cg``'s tables (`PushdownGrammar.lexer_row`). The
+    last node (breadth first) is a leaf, and every leaf ends an outcome, a lookahead or a
+    completion, so the highest node they name counts them."""
     named = np.concatenate(
         [np.asarray(cg.outcome_node), np.asarray(cg.outcome_lookahead).reshape(cg.outcome_node.shape[0], -1), np.asarray(cg.complete_node)],
         axis=1,
@@ -115,11 +129,11 @@ def _pad_cfgs(grammars: Sequence[PushdownGrammar]) -> list[PushdownGrammar]:
                 g,
                 **tables,
                 **bounds,
-                node_parent=_pad_to(g.node_parent, (sizes["Q"], nodes), -1),
-                node_column=_pad_to(g.node_column, (sizes["Q"], nodes), 0),
-                chunk_start=_pad_to(start, (sizes["Q"], chunks), 0),
-                num_chunks=_pad_to(count, (sizes["Q"],), 0),
-                node_chunk=_pad_to(node_chunk, (sizes["Q"], nodes), NO_CHUNK),
+                node_parent=_pad_to(g.node_parent, (sizes["D"], nodes), -1),
+                node_column=_pad_to(g.node_column, (sizes["D"], nodes), 0),
+                chunk_start=_pad_to(start, (sizes["D"], chunks), 0),
+                num_chunks=_pad_to(count, (sizes["D"],), 0),
+                node_chunk=_pad_to(node_chunk, (sizes["D"], nodes), NO_CHUNK),
             )
         )
     return padded

@@ -369,15 +369,17 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
     length-bounded string's chain share a few).
 
     Returns:
-      state_sets int32[Q, NSq]: the sets that occur from each state, local index 0 being the
-      empty set; rows uint32[R, W] (row 0 is empty); dense_row, dense_set int32[Q, B]: each
-      state's rows and the local sets that gate them; sparse_token, sparse_set int32[Q, Z].
+      int64[Q], the distinct row of each state's; per distinct row (D of them), state_sets
+      int32[D, NSq]: the sets that occur from the state, local index 0 being the empty set;
+      class_set int32[D, C]; rows uint32[R, W] (row 0 is empty); dense_row, dense_set int32[D, B]:
+      the state's rows and the local sets that gate them; sparse_token, sparse_set int32[D, Z].
       Padding is 0 throughout (the empty row, the empty set).
     """
     hashes = hash_multipliers(tables.class_set.shape[1]) @ tables.class_set.T.astype(np.uint64)  # rows hashed, as columns elsewhere
     row_of_state, member = classes_of_hashes(hashes)
-    state_sets, rows, *per_state = _distinct_mask_parts(tables.class_set[member], tables.token_class, len(tables.set_members), words)
-    return state_sets[row_of_state], rows, *(part[row_of_state] for part in per_state)
+    class_set = tables.class_set[member]
+    state_sets, rows, *parts = _distinct_mask_parts(class_set, tables.token_class, len(tables.set_members), words)
+    return row_of_state, state_sets, class_set, rows, *parts
 
 
 def _distinct_mask_parts(class_set: np.ndarray, token_class: np.ndarray, num_sets: int, words: int) -> tuple[np.ndarray, ...]:
@@ -481,10 +483,31 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     eos_bits = np.zeros(vocab.logits_width, bool)
     eos_bits[list(vocab.eos_token_ids)] = True
     check_time()
-    mask_parts = _mask_parts(t, words)
-    charge_bytes(sum(x.nbytes for x in (*mask_parts, t.class_set, t.token_class, t.set_members, t.state_outcomes)), "the mask tables")
+    row_of_state, *mask_parts = _mask_parts(t, words)
+    # The tables of the states along a large terminal (a length-bounded string) are alike: they
+    # are kept once per distinct row of them all; only the outcomes' ids and lexer states are
+    # each state's own.
+    shared = {
+        "node_parent": tries.node_parent,
+        "node_column": tries.node_column,
+        "chunk_start": tries.chunk_start,
+        "num_chunks": tries.num_chunks[:, None],
+        "node_chunk": tries.node_chunk,
+        "outcome_node": tries.outcome_node,
+        "outcome_lookahead": tries.outcome_lookahead.reshape(lexer.num_states, -1),
+        "outcome_free": tries.outcome_free,
+        "complete_node": tries.complete_node,
+    }
+    lexer_row = row_groups(np.column_stack([row_of_state, *shared.values()]).astype(np.int32))
+    member = np.zeros(int(lexer_row.max(initial=-1)) + 1, np.int64)
+    member[lexer_row] = np.arange(lexer.num_states)
+    mask_tables = dict(zip(["state_sets", "class_set", "mask_rows", "dense_row", "dense_set", "sparse_token", "sparse_set"], mask_parts))
+    mask_tables = {name: x if name == "mask_rows" else x[row_of_state[member]] for name, x in mask_tables.items()}
+    trie_tables = {name: x[member].reshape((len(member),) + getattr(tries, name).shape[1:]) for name, x in shared.items()}
+    per_state = {"state_outcomes": t.state_outcomes, "outcome_lexer": tries.outcome_lexer, "lexer_row": lexer_row}
+    tables = {**mask_tables, **trie_tables, **per_state}
+    charge_bytes(sum(x.nbytes for x in (*tables.values(), t.token_class, t.set_members)), "the mask tables")
     check_time()  # before the tables go to the device
-    state_sets, rows, dense_row, dense_set, sparse_token, sparse_set = mask_parts
     return PushdownGrammar(
         lexer_start=_device(lexer.start, np.int32),
         action_kind=_device(lr.action_kind, np.int8),
@@ -493,28 +516,11 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         rule_lhs=_device(lr.rule_lhs, np.int32),
         rule_length=_device(lr.rule_length, np.int32),
         lr_start=_device(lr.start_state, np.int32),
-        node_parent=_device(tries.node_parent),
-        node_column=_device(tries.node_column),
-        chunk_start=_device(tries.chunk_start),
-        num_chunks=_device(tries.num_chunks),
-        node_chunk=_device(tries.node_chunk),
-        state_outcomes=_device(t.state_outcomes),
+        **{name: _device(x) for name, x in tables.items()},
         outcome_terminals=_device(t.outcome_terminals),
         outcome_length=_device(t.outcome_length),
-        outcome_node=_device(tries.outcome_node),
-        outcome_lookahead=_device(tries.outcome_lookahead),
-        outcome_free=_device(tries.outcome_free),
-        outcome_lexer=_device(tries.outcome_lexer),
-        complete_node=_device(tries.complete_node),
         set_members=_device(t.set_members),
         token_class=_device(t.token_class),
-        class_set=_device(t.class_set),
-        state_sets=_device(state_sets),
-        mask_rows=_device(rows),
-        dense_row=_device(dense_row),
-        dense_set=_device(dense_set),
-        sparse_token=_device(sparse_token),
-        sparse_set=_device(sparse_set),
         eos_mask=_device(pack_bits(eos_bits)),
         fallback_token=_device(vocab.eos_token_ids[0], np.int32),
         vocab_size=len(vocab),

@@ -280,9 +280,9 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer, skip=False) -> _Parse:
     Returns a simulation per node (int32[N, F, D + 4], or [N, D + 4] without forks); a node's
     terminal is accepted when `_accepted` holds for it.
     """
-    lanes, fresh = cg.lanes, _fresh(lr, stack, depth)
-    parent_of, column_of, chunk_of = cg.node_parent[lexer], cg.node_column[lexer], cg.node_chunk[lexer]
-    chunks, starts = jnp.where(skip, 0, cg.num_chunks[lexer]), cg.chunk_start[lexer]
+    lanes, fresh, row = cg.lanes, _fresh(lr, stack, depth), cg.lexer_row[lexer]
+    parent_of, column_of, chunk_of = cg.node_parent[row], cg.node_column[row], cg.node_chunk[row]
+    chunks, starts = jnp.where(skip, 0, cg.num_chunks[row]), cg.chunk_start[row]
     act = jax.vmap(lambda col, p: _act(lr, col, 1, p))
 
     def next_chunk(c, nodes: _Parse):
@@ -354,16 +354,17 @@ def _verdicts(cg, lr: LRActions, stack, depth, lexer, skip=False):
     and what it returns is to be ignored."""
     nodes = _walk_trie(cg, lr, stack, depth, lexer, skip)
     accepted = _accepted(lr, nodes)
-    node, lookahead = cg.outcome_node[lexer], cg.outcome_lookahead[lexer]
+    row = cg.lexer_row[lexer]
+    node, lookahead = cg.outcome_node[row], cg.outcome_lookahead[row]
     terminals_ok = (node < 0) | accepted[jnp.maximum(node, 0)]
     lookahead_ok = ((lookahead >= 0) & accepted[jnp.maximum(lookahead, 0)]).any(axis=1)
     used = cg.outcome_lexer[lexer] >= 0
-    valid = used & terminals_ok & (cg.outcome_free[lexer] | lookahead_ok)
+    valid = used & terminals_ok & (cg.outcome_free[row] | lookahead_ok)
     overflowed = _overflowed(lr, nodes)
     node_overflow = (node >= 0) & overflowed[jnp.maximum(node, 0)]
     lookahead_overflow = ((lookahead >= 0) & overflowed[jnp.maximum(lookahead, 0)]).any(axis=1)
     blocked = (used & ~valid & (node_overflow | lookahead_overflow)).any()
-    final = cg.complete_node[lexer]
+    final = cg.complete_node[row]
     complete = ((final >= 0) & accepted[jnp.maximum(final, 0)]).any()
     return valid, complete, blocked
 

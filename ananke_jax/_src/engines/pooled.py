@@ -60,7 +60,8 @@ jax.tree_util.register_dataclass(RegularPool, data_fields=[f.name for f in datac
 @dataclasses.dataclass(frozen=True)
 class PushdownPool:
     """The pushdown members' tables, in the layout of `PushdownGrammar` (global lexer states,
-    LR states, outcomes, sets and mask rows; per lexer state, rows padded to the pool's widths),
+    LR states, outcomes, sets and mask rows; per lexer state, rows padded to the pool's widths:
+    each state its own row, ``lexer_row`` the identity),
     with the LR actions packed once at admission (`LRActions.action`) and per member:
     ``token_class`` int32[M, logits_width], ``lr_start``, ``lexer_start`` int32[M]; and
     ``lexer_member`` int32[Q], the member of each lexer state.
@@ -73,6 +74,7 @@ class PushdownPool:
 
     packed_action: jax.Array
     goto: jax.Array
+    lexer_row: jax.Array
     node_parent: jax.Array
     node_column: jax.Array
     chunk_start: jax.Array

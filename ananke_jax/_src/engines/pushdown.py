@@ -62,19 +62,21 @@ class PushdownGrammar(Constraint):
       lexer_start: int32[], the lexer state right after a cut.
       action_kind: int8[S, T, A]; action_arg, goto, rule_lhs, rule_length, lr_start: LR tables
         (A > 1: cells with conflicts, where the LR simulations fork).
-      node_parent, node_column, node_chunk: int32[Q, N + lanes], chunk_start: int32[Q, CH],
-        num_chunks: int32[Q]: the prefix tree of terminals to check from each lexer state
+      lexer_row: int32[Q], the row (of D) of each lexer state's tables below that are indexed
+        by row: the states along a large terminal share a few rows.
+      node_parent, node_column, node_chunk: int32[D, N + lanes], chunk_start: int32[D, CH],
+        num_chunks: int32[D]: the prefix tree of terminals to check from each lexer state
         (see `ananke_jax._src.compile.outcome_trie`).
       state_outcomes: int32[Q, P], the global id of each lexer state's outcomes;
         outcome_terminals: int32[O, M], outcome_length: int32[O], their LR columns.
-      outcome_node: int32[Q, P], outcome_lookahead: int32[Q, P, L], outcome_free: bool[Q, P],
-        outcome_lexer: int32[Q, P]: each outcome's trie nodes and final lexer state.
-      complete_node: int32[Q, E], the trie nodes that complete the output at EOS.
+      outcome_node: int32[D, P], outcome_lookahead: int32[D, P, L], outcome_free: bool[D, P]:
+        each outcome's trie nodes; outcome_lexer: int32[Q, P], its final lexer state.
+      complete_node: int32[D, E], the trie nodes that complete the output at EOS.
       set_members: int32[NS, Z], the outcomes (local to a lexer state) of each outcome set.
-      token_class: int32[logits_width]; class_set: int32[Q, C], each token's outcome set.
-      state_sets: int32[Q, NSq], the sets that occur from a lexer state (local set 0: empty).
-      mask_rows: uint32[R, W]; dense_row, dense_set: int32[Q, B]; sparse_token, sparse_set:
-        int32[Q, Z]: a lexer state's mask is its rows and tokens whose (local) sets are valid.
+      token_class: int32[logits_width]; class_set: int32[D, C], each token's outcome set.
+      state_sets: int32[D, NSq], the sets that occur from a lexer state (local set 0: empty).
+      mask_rows: uint32[R, W]; dense_row, dense_set: int32[D, B]; sparse_token, sparse_set:
+        int32[D, Z]: a lexer state's mask is its rows and tokens whose (local) sets are valid.
       eos_mask: uint32[W], the EOS bits.
       fallback_token: int32[], the first EOS id.
       vocab_size, logits_width: static vocabulary sizes.
@@ -88,6 +90,7 @@ class PushdownGrammar(Constraint):
     rule_lhs: jax.Array
     rule_length: jax.Array
     lr_start: jax.Array
+    lexer_row: jax.Array
     node_parent: jax.Array
     node_column: jax.Array
     chunk_start: jax.Array
@@ -149,7 +152,7 @@ class PushdownGrammar(Constraint):
 
     def __repr__(self) -> str:
         return (
-            f"PushdownGrammar(kind=pushdown, lexer_states={self.class_set.shape[0]}, "
+            f"PushdownGrammar(kind=pushdown, lexer_states={self.lexer_row.shape[0]}, "
             f"lr_states={self.goto.shape[0]}, trie_nodes={self.node_parent.shape[1] - self.lanes}, "
             f"outcome_sets={self.set_members.shape[0]}, stack_depth={self.stack_depth}, "
             f"max_configs={self.max_configs}, vocab_size={self.vocab_size}, "
@@ -204,12 +207,13 @@ def _set_valid(cg: PushdownGrammar, valid, sets):
 
 def _config_tokens(cg: PushdownGrammar, valid, lexer):
     """uint32[W]: the tokens one configuration allows (EOS excluded), from its verdicts."""
-    set_on = _set_valid(cg, valid, cg.state_sets[lexer])
-    rows = cg.mask_rows[cg.dense_row[lexer]]
+    row = cg.lexer_row[lexer]
+    set_on = _set_valid(cg, valid, cg.state_sets[row])
+    rows = cg.mask_rows[cg.dense_row[row]]
     # The parts hold disjoint tokens, so adding them is OR-ing them.
-    words = jnp.where(set_on[cg.dense_set[lexer]][:, None], rows, jnp.uint32(0)).sum(axis=0, dtype=jnp.uint32)
-    token = cg.sparse_token[lexer]
-    bits = jnp.where(set_on[cg.sparse_set[lexer]], jnp.left_shift(jnp.uint32(1), (token & 31).astype(jnp.uint32)), jnp.uint32(0))
+    words = jnp.where(set_on[cg.dense_set[row]][:, None], rows, jnp.uint32(0)).sum(axis=0, dtype=jnp.uint32)
+    token = cg.sparse_token[row]
+    bits = jnp.where(set_on[cg.sparse_set[row]], jnp.left_shift(jnp.uint32(1), (token & 31).astype(jnp.uint32)), jnp.uint32(0))
     return words.at[token >> 5].add(bits)
 
 
@@ -240,7 +244,7 @@ def pushdown_mask(cg: PushdownGrammar, state: PushdownState) -> jax.Array:
 def _token_outcomes(cg: PushdownGrammar, state: PushdownState, token):
     """The outcomes of ``token`` from each configuration: int32[K, Z], local to its lexer state
     (-1 padding), and bool[K, Z], which of them the configuration's verdicts allow."""
-    local = cg.set_members[cg.class_set[state.lexer, cg.token_classes(state.lexer, token)]]
+    local = cg.set_members[cg.class_set[cg.lexer_row[state.lexer], cg.token_classes(state.lexer, token)]]
     return local, (local >= 0) & jnp.take_along_axis(state.outcome_ok, jnp.maximum(local, 0), axis=1)
 
 

@@ -18,13 +18,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ananke_jax._src.bank import trie_parents
+from ananke_jax._src.bank import per_lexer_state, trie_parents
 from ananke_jax._src.compile.arrays import pack_bits
 from ananke_jax._src.compile.cfg import EMPTY_SET
 from ananke_jax._src.compile.outcome_trie import NO_CHUNK, chunk_layout
 from ananke_jax._src.engines.lr import REDUCE, SHIFT
 from ananke_jax._src.engines.pooled import Pooled, PoolTables, PushdownPool, RegularPool
-from ananke_jax._src.engines.pushdown import STATIC_FIELDS, PushdownGrammar
+from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.engines.regular import RegularGrammar
 from ananke_jax._src.errors import AnankeError
 
@@ -156,6 +156,7 @@ def _layout(cap: PoolCapacity, width: int) -> dict[tuple[str, str], tuple[tuple[
     pushdown = {
         "packed_action": ((cap.lr_states, cap.lr_columns, cap.lr_actions), i32, 0),
         "goto": ((cap.lr_states, cap.nonterminals), i32, 0),
+        "lexer_row": ((q,), i32, 0),
         "node_parent": ((q, cap.trie_nodes), i32, -1),
         "node_column": ((q, cap.trie_nodes), i32, 0),
         "chunk_start": ((q, cap.trie_chunks), i32, 0),
@@ -501,11 +502,12 @@ class GrammarPool:
         return _Member(self._handle(member), "", 1, ranges, rows)
 
     def _admit_pushdown(self, g: PushdownGrammar) -> _Member:
-        cap, host = self.capacity, {f.name: np.asarray(getattr(g, f.name)) for f in dataclasses.fields(g) if f.name not in STATIC_FIELDS}
+        cap, host = self.capacity, per_lexer_state(g)  # each state its own row: the pool's layout
         lexer_states, lr_states = host["class_set"].shape[0], host["action_kind"].shape[0]
         parents = trie_parents(g)
         nodes = max((len(p) for p in parents), default=0) + cap.lanes
-        chunk_start, num_chunks, node_chunk = chunk_layout(parents, cap.lanes, max(nodes, cap.trie_nodes))  # checked below
+        layout = chunk_layout(parents, cap.lanes, max(nodes, cap.trie_nodes))  # of g's rows; checked below
+        chunk_start, num_chunks, node_chunk = (x[np.asarray(g.lexer_row)] for x in layout)
         widths = {
             "LR columns": (host["action_kind"].shape[1], cap.lr_columns),
             "LR actions a cell": (host["action_kind"].shape[2], cap.lr_actions),
@@ -546,6 +548,7 @@ class GrammarPool:
         rows = {
             "packed_action": (packed_arg << 12) | (popped << 2) | kind,
             "goto": host["goto"] + base["LR states"],
+            "lexer_row": base["lexer states"] + np.arange(lexer_states),
             "node_parent": host["node_parent"][:, : cap.trie_nodes],  # past its last node + lanes: padding
             "node_column": host["node_column"][:, : cap.trie_nodes],
             "chunk_start": chunk_start,
