@@ -146,6 +146,29 @@ def dfa_moves(dfa: ByteDFA) -> list[list[tuple[int, int, int]]]:
     return out
 
 
+def concatenated(first: ByteDFA, second: ByteDFA) -> ByteDFA | None:
+    """``first`` then ``second`` without a subset construction, where no accepting state of
+    ``first`` reads a byte that ``second``'s start reads: there the split is forced, and the
+    states of both, the accepting ones of ``first`` also reading on as ``second``'s start does,
+    make a DFA (not minimised). None where they overlap.
+    """
+    if not first.start or not second.start:
+        return ByteDFA(np.zeros((1, 256), np.int32), np.zeros(1, bool), DEAD)
+    begins = np.flatnonzero(second.transitions[second.start] != DEAD)
+    ends = np.flatnonzero(first.accepting)
+    if (first.transitions[np.ix_(ends, begins)] != DEAD).any():
+        return None
+    shifted = np.where(second.transitions[1:] != DEAD, second.transitions[1:] + (first.num_states - 1), DEAD).astype(np.int32)
+    transitions = np.vstack([first.transitions, shifted])
+    transitions[np.ix_(ends, begins)] = shifted[second.start - 1, begins]
+    accepting = np.concatenate([first.accepting & second.accepting[second.start], second.accepting[1:]])
+    if not (second.transitions == second.start).any():  # nothing enters ``second``'s start: drop it
+        gone = first.num_states - 1 + second.start
+        transitions, accepting = np.delete(transitions, gone, axis=0), np.delete(accepting, gone)
+        transitions[transitions > gone] -= 1
+    return ByteDFA(transitions, accepting, first.start)
+
+
 def is_finite(dfa: ByteDFA) -> bool:
     """Whether ``dfa`` accepts finitely many strings: no cycle through its live states (all but
     the dead one, in a DFA from `minimise`), found by peeling states without live successors."""

@@ -28,6 +28,7 @@ from ananke_jax._src.compile.automaton import (
     Fragment,
     NFABuilder,
     byte_classes,
+    concatenated,
     determinise,
     dfa_moves,
     minimise,
@@ -252,7 +253,8 @@ _BUILT_ENTRIES, _BUILT_MAX_STATES = 512, 20_000
 
 @pausing_gc
 def to_dfa(node: Node) -> ByteDFA:
-    """The minimal byte DFA of ``node`` (start 0 when the language is empty).
+    """The minimal byte DFA of ``node`` (start 0 when the language is empty); of a concatenation
+    holding automata, one joined from its parts' (`_joined`), not minimised.
 
     The DFAs of the last few hundred trees built in this process are kept (read-only), and a
     tree equal to one of them is not built again: grammars and schemas share their terminals
@@ -261,20 +263,40 @@ def to_dfa(node: Node) -> ByteDFA:
     Raises:
       BudgetError: its NFA, estimated before it is built, or its DFA is over the compile budget.
     """
+    if isinstance(node, Automaton):
+        charge_states(node.dfa.num_states, "a regex's DFA")
+        return node.dfa
     charge_states(nfa_size(node), "a regex's NFA")
     if (dfa := _BUILT.get(node)) is not None:
         _BUILT.move_to_end(node)
         charge_states(dfa.num_states, "a regex's DFA")
         return dfa
-    builder = NFABuilder()
-    end = builder.state()
-    dfa = determinise(builder, Fragment(to_nfa(node, builder, end, {}), end))
+    dfa = _joined(node.parts) if isinstance(node, Seq) and any(isinstance(p, Automaton) for p in node.parts) else None
+    if dfa is None:
+        builder = NFABuilder()
+        end = builder.state()
+        dfa = determinise(builder, Fragment(to_nfa(node, builder, end, {}), end))
     if dfa.num_states <= _BUILT_MAX_STATES:
         dfa.transitions.setflags(write=False)
         dfa.accepting.setflags(write=False)
         _BUILT[node] = dfa
         if len(_BUILT) > _BUILT_ENTRIES:
             _BUILT.popitem(last=False)
+    return dfa
+
+
+def _joined(parts: tuple[Node, ...]) -> ByteDFA | None:
+    """The DFA of a concatenation holding automata, joined part by part without taking the
+    automata apart again (`automaton.concatenated`); None where two parts overlap at a join.
+    Not minimised: a join may leave states that act alike (an automaton of thousands of states
+    took seconds to take apart and build again, and as long to minimise)."""
+    dfa = to_dfa(parts[0])
+    for part in parts[1:]:
+        if dfa is None:
+            return None
+        dfa = concatenated(dfa, to_dfa(part))
+        if dfa is not None:
+            charge_states(dfa.num_states, "a regex's DFA")
     return dfa
 
 
