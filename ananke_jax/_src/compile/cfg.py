@@ -498,9 +498,11 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         "outcome_free": tries.outcome_free,
         "complete_node": tries.complete_node,
     }
-    lexer_row = row_groups(np.column_stack([row_of_state, *shared.values()]).astype(np.int32))
-    member = np.zeros(int(lexer_row.max(initial=-1)) + 1, np.int64)
-    member[lexer_row] = np.arange(lexer.num_states)
+    columns = [row_of_state[:, None], *shared.values()]
+    bounds = np.cumsum([0, *(x.shape[1] for x in columns)])
+    multipliers = hash_multipliers(int(bounds[-1]))
+    hashes = sum(multipliers[:, a:b] @ x.T.astype(np.uint64) for x, (a, b) in zip(columns, itertools.pairwise(bounds)))  # rows hashed
+    lexer_row, member = classes_of_hashes(hashes)
     mask_tables = dict(zip(["state_sets", "class_set", "mask_rows", "dense_row", "dense_set", "sparse_token", "sparse_set"], mask_parts))
     mask_tables = {name: x if name == "mask_rows" else x[row_of_state[member]] for name, x in mask_tables.items()}
     trie_tables = {name: x[member].reshape((len(member),) + getattr(tries, name).shape[1:]) for name, x in shared.items()}
