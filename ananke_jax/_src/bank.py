@@ -75,6 +75,9 @@ _CFG_AXES = {
 }
 
 
+_TRIE_LAYOUT = ("node_parent", "node_column", "chunk_start", "num_chunks", "node_chunk")  # by row, laid out per bank
+
+
 def per_lexer_state(cg: PushdownGrammar) -> dict[str, np.ndarray]:
     """``cg``'s tables on the host, those indexed by row (`PushdownGrammar.lexer_row`) gathered
     to one row per lexer state."""
@@ -82,9 +85,6 @@ def per_lexer_state(cg: PushdownGrammar) -> dict[str, np.ndarray]:
     by_row = {field for field, (axes, _) in _CFG_AXES.items() if axes[0] == "D"} | set(_TRIE_LAYOUT)
     host = {f.name: np.asarray(getattr(cg, f.name)) for f in dataclasses.fields(cg) if f.name not in STATIC_FIELDS}
     return {name: x[rows] if name in by_row else x for name, x in host.items()}
-
-
-_TRIE_LAYOUT = ("node_parent", "node_column", "chunk_start", "num_chunks", "node_chunk")  # by row, laid out per bank
 
 
 def _axis_sizes(cg: PushdownGrammar) -> dict[str, int]:

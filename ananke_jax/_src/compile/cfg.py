@@ -375,11 +375,20 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
       the state's rows and the local sets that gate them; sparse_token, sparse_set int32[D, Z].
       Padding is 0 throughout (the empty row, the empty set).
     """
-    hashes = hash_multipliers(tables.class_set.shape[1]) @ tables.class_set.T.astype(np.uint64)  # rows hashed, as columns elsewhere
-    row_of_state, member = classes_of_hashes(hashes)
+    row_of_state, member = _distinct_rows(tables.class_set)
     class_set = tables.class_set[member]
     state_sets, rows, *parts = _distinct_mask_parts(class_set, tables.token_class, len(tables.set_members), words)
     return row_of_state, state_sets, class_set, rows, *parts
+
+
+def _distinct_rows(*tables: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of the tables side by side (each [N, ...]): int32[N], each row's
+    class, and int64[D], a row of each class. Rows are hashed, as columns are elsewhere (sorting
+    thousands of wide rows took seconds)."""
+    columns = [x.reshape(len(x), -1) for x in tables]
+    bounds = np.cumsum([0, *(x.shape[1] for x in columns)])
+    multipliers = hash_multipliers(int(bounds[-1]))
+    return classes_of_hashes(sum(multipliers[:, a:b] @ x.T.astype(np.uint64) for x, (a, b) in zip(columns, itertools.pairwise(bounds))))
 
 
 def _distinct_mask_parts(class_set: np.ndarray, token_class: np.ndarray, num_sets: int, words: int) -> tuple[np.ndarray, ...]:
@@ -498,11 +507,7 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         "outcome_free": tries.outcome_free,
         "complete_node": tries.complete_node,
     }
-    columns = [row_of_state[:, None], *shared.values()]
-    bounds = np.cumsum([0, *(x.shape[1] for x in columns)])
-    multipliers = hash_multipliers(int(bounds[-1]))
-    hashes = sum(multipliers[:, a:b] @ x.T.astype(np.uint64) for x, (a, b) in zip(columns, itertools.pairwise(bounds)))  # rows hashed
-    lexer_row, member = classes_of_hashes(hashes)
+    lexer_row, member = _distinct_rows(row_of_state[:, None], *shared.values())
     mask_tables = dict(zip(["state_sets", "class_set", "mask_rows", "dense_row", "dense_set", "sparse_token", "sparse_set"], mask_parts))
     mask_tables = {name: x if name == "mask_rows" else x[row_of_state[member]] for name, x in mask_tables.items()}
     trie_tables = {name: x[member].reshape((len(member),) + getattr(tries, name).shape[1:]) for name, x in shared.items()}

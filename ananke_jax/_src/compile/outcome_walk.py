@@ -225,7 +225,7 @@ def walk_outcomes(
             if len(part) == 1:
                 raise _too_ambiguous(sequences, names) from None
             pending += [part[len(part) // 2 :], part[: len(part) // 2]]
-    string_column, rows = parts[0] if len(parts) == 1 else _joined(parts, top_shift)
+    string_column, rows = parts[0] if len(parts) == 1 else _merged_parts(parts, top_shift)
 
     # An outcome is a (terminal sequence, final lexer state) pair, numbered in the order of
     # their columns (not of the sequences' ids, which depend on the order of the walks).
@@ -257,7 +257,7 @@ def _mixed(values: np.ndarray, seed: int) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def _joined(parts: list[tuple[np.ndarray, np.ndarray]], top_shift: int) -> tuple[np.ndarray, np.ndarray]:
+def _merged_parts(parts: list[tuple[np.ndarray, np.ndarray]], top_shift: int) -> tuple[np.ndarray, np.ndarray]:
     """One walk's (string columns, end rows) from the walks of parts of its sources: a column
     per distinct tuple of the parts' columns, holding their rows."""
     distinct, inverse = np.unique(np.stack([p[0] for p in parts], axis=1), axis=0, return_inverse=True)
