@@ -346,9 +346,9 @@ def test_loop_columns_are_the_columns_of_the_vocabulary_walk(real_vocab):
             continue
         looped += 1
         walk = token_columns(trie, dfa.transitions, single_group(vocab))
-        rows, groups, of_group, known_columns = loop_columns(loops, dfa.transitions, vocab)
-        assert known_columns.shape[0] == len(rows) > 0
-        by_loops = token_columns(trie, dfa.transitions, groups, (rows, of_group, known_columns))
+        known = loop_columns(loops, dfa.transitions, vocab)
+        assert len(known.rows) > 0
+        by_loops = token_columns(trie, dfa.transitions, known.groups, known)
         walked_class, walked, looped_class, columns = walk.of_string(), walk.columns, by_loops.of_string(), by_loops.columns
         assert np.array_equal(walked_class < 0, looped_class < 0)
         # One class for one class: the pairs of class ids are as many as the classes.

@@ -34,8 +34,8 @@ from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import MAX_LANES, outcome_tries
 from ananke_jax._src.compile.outcome_walk import CHUNK_ROWS, Cuts, WalkedOutcomes, context_free_cuts, walk_outcomes
 from ananke_jax._src.compile.token_table import spell_tokens
-from ananke_jax._src.compile.token_trie import TokenGroups, TokenTrie, classes_of_hashes
-from ananke_jax._src.compile.unit_loops import UnitLoops, expand_unit_loops, loop_columns
+from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes
+from ananke_jax._src.compile.unit_loops import LoopColumns, UnitLoops, expand_unit_loops, loop_columns
 from ananke_jax._src.engines.lr import fork_width
 from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.ir import Grammar, TerminalDef
@@ -204,19 +204,13 @@ class _LoopOutcomes:
     """The outcomes of the tokens from the states inside unit loops (`_loop_outcomes`).
 
     Attributes:
-      rows: int64[R], the states. columns: int32[R, L], each loop class's *value* from each: a
-        lexer state v < Q (the token completes no terminal and ends in v; DEAD: it dies) or Q + k,
-        the k-th (state, remainder) pair walked after an exit.
-      groups, class_of_group: the per-vocabulary `TokenGroups` and each group's loop class (-1:
-        dead from every row).
+      columns: the `LoopColumns`; a column's *value* is a lexer state v < Q (the token completes
+        no terminal and ends in v) or Q + k, the k-th (state, remainder) pair walked after an exit.
       outcomes: (terminals int32[O, M], lengths int32[O], lexer_after int32[O]), the outcomes.
       value, outcome: int64[X] each, the (value, outcome) pairs.
     """
 
-    rows: np.ndarray
-    columns: np.ndarray
-    groups: TokenGroups
-    class_of_group: np.ndarray
+    columns: LoopColumns
     outcomes: tuple[np.ndarray, np.ndarray, np.ndarray]
     value: np.ndarray
     outcome: np.ndarray
@@ -224,33 +218,37 @@ class _LoopOutcomes:
     def triples(self, outcome_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(state, value, outcome) for each value in each row and each outcome of that value,
         sorted by row and value; ``outcome_of`` the merged id of each of ``outcomes``."""
-        width = int(self.columns.max(initial=0)) + 1
-        pairs = sorted_unique((np.arange(len(self.rows))[:, None] * width + self.columns).ravel())
+        entries = self.columns
+        width = int(entries.value.max(initial=0)) + 1
+        pairs = sorted_unique(entries.row * width + entries.value)
         row, value = pairs // width, pairs % width
-        row, value = row[value != DEAD], value[value != DEAD]
         order = np.argsort(self.value, kind="stable")
         lo, hi = np.searchsorted(self.value[order], value), np.searchsorted(self.value[order], value, side="right")
         lines = order[concatenated_ranges(lo, hi - lo)]
-        return np.repeat(self.rows[row], hi - lo), np.repeat(value, hi - lo), outcome_of[self.outcome[lines]]
+        return np.repeat(entries.rows[row], hi - lo), np.repeat(value, hi - lo), outcome_of[self.outcome[lines]]
 
     def classes(self, token_class, class_set, set_q, set_value, set_id) -> tuple[np.ndarray, np.ndarray]:
         """Token classes split by loop class, and their sets from every state: the walked states'
         from ``class_set`` (int32[Q, C] by ``token_class``), the loops' from the sets of their
         (state, value) pairs (``set_q``, ``set_value``, ``set_id``)."""
-        num_loop = self.columns.shape[1]
-        loop_class = np.append(self.class_of_group, -1)[np.minimum(self.groups.of_id, len(self.class_of_group))]
+        entries = self.columns
+        num_loop = entries.num_classes
+        loop_class = np.append(entries.class_of_group, -1)[np.minimum(entries.groups.of_id, len(entries.class_of_group))]
         classes, _, token_class = unique_first_inverse(token_class * (num_loop + 1) + loop_class + 1)
         charge_bytes(4 * len(class_set) * len(classes), "the mask tables")
         class_set = class_set[:, classes // (num_loop + 1)]
         of_loop = classes % (num_loop + 1) - 1
-        width = int(max(self.columns.max(initial=0), set_value.max(initial=0))) + 1
+        width = int(max(entries.value.max(initial=0), set_value.max(initial=0))) + 1
         known = set_q * width + set_value
         order = np.argsort(known, kind="stable")
-        known, set_id = known[order], set_id[order]
-        for part in balanced_slices(np.full(len(self.rows), len(classes)), CHUNK_ROWS):
+        # The set of each (row, loop class) entry; the last column, no loop class, is empty.
+        loop_sets = np.full((len(entries.rows), num_loop + 1), EMPTY_SET, np.int32)
+        loop_sets[entries.row, entries.klass] = _lookup(
+            known[order], set_id[order], entries.rows[entries.row] * width + entries.value, EMPTY_SET
+        )
+        for part in balanced_slices(np.full(len(entries.rows), len(classes)), CHUNK_ROWS):
             check_time()
-            values = np.where(of_loop >= 0, self.columns[part][:, np.maximum(of_loop, 0)], DEAD).astype(np.int64)
-            class_set[self.rows[part]] = _lookup(known, set_id, self.rows[part, None] * width + values, EMPTY_SET)
+            class_set[entries.rows[part]] = loop_sets[part][:, of_loop]
         return token_class, class_set
 
 
@@ -281,15 +279,15 @@ def _loop_outcomes(lexer: Lexer, loops: UnitLoops, vocab: Vocabulary, walk) -> _
         values.append(lexer.num_states + key_of.reshape(-1))
         return _lookup(keys, lexer.num_states + np.arange(len(keys)), queries, DEAD)
 
-    rows, groups, class_of_group, columns = loop_columns(loops, lexer.transitions, vocab, after_remainders)
+    columns = loop_columns(loops, lexer.transitions, vocab, after_remainders)
     check_time()
     # Values below Q: the token completes no terminal and ends in that state.
-    states = np.unique(columns).astype(np.int64)
+    states = np.unique(columns.value)
     states = states[(states != DEAD) & (states < lexer.num_states)]
     tables.insert(0, (np.full((len(states), 1), -1, np.int32), np.zeros(len(states), np.int32), states.astype(np.int32)))
     values.insert(0, states)
     outcomes, ids = _merged_outcomes(*tables)
-    return _LoopOutcomes(rows, columns, groups, class_of_group, outcomes, np.concatenate(values), np.concatenate(ids))
+    return _LoopOutcomes(columns, outcomes, np.concatenate(values), np.concatenate(ids))
 
 
 def _merged_outcomes(*tables) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], list[np.ndarray]]:

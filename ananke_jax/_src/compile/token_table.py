@@ -17,7 +17,7 @@ from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, row_groups
 from ananke_jax._src.compile.budget import check_time
 from ananke_jax._src.compile.token_trie import TokenGroups, TokenTrie, classes_of_hashes, single_group, vocabulary_trie
-from ananke_jax._src.compile.unit_loops import UnitLoops, loop_columns
+from ananke_jax._src.compile.unit_loops import LoopColumns, UnitLoops, loop_columns
 from ananke_jax._src.vocab import Vocabulary
 
 # Mask rows are built token by token when the tokens flipped between neighbouring rows number
@@ -61,9 +61,7 @@ class StringClasses:
         return classes
 
 
-def token_columns(
-    trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups, known: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-) -> StringClasses:
+def token_columns(trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups, known: LoopColumns | None = None) -> StringClasses:
     """Class the strings of a trie by their column: the state after the string, from each state.
 
     The walk goes level by level over the live nodes only, and computes each distinct function
@@ -82,9 +80,8 @@ def token_columns(
       transitions: int32[S, A] (state 0 dead and absorbing).
       groups: `TokenGroups` of the strings whose members have equal columns in the ``known``
         rows.
-      known: the columns of some states found otherwise, which the walk skips: int64[R] states,
-        int64[G] the class of each group from them (-1: dead from all), int32[R, C'] the column
-        of each class (`unit_loops.loop_columns`).
+      known: the columns of some states found otherwise, which the walk skips
+        (`unit_loops.loop_columns`); its groups are ``groups``.
 
     Returns:
       The `StringClasses`.
@@ -96,7 +93,7 @@ def token_columns(
     walks = []  # per walk of some start states: its live strings, their function classes, the functions
     unknown = np.arange(len(transitions)) > 0  # every state but the dead one, less the known rows
     if known is not None:
-        unknown[known[0]] = False
+        unknown[known.rows] = False
     pending = [np.flatnonzero(unknown)]
     while pending:
         check_time()
@@ -126,7 +123,7 @@ def token_columns(
         of_item[item[strings]] = string_class
         parts.append((of_item, len(representatives)))
     if known is not None:
-        parts.append((np.concatenate([known[1][kept], known[1][groups.of_string[walked]]]), known[2].shape[1]))
+        parts.append((np.concatenate([known.class_of_group[kept], known.class_of_group[groups.of_string[walked]]]), known.num_classes))
     key, bound = 0, 1
     for of_item, num_classes in parts:
         if bound > 1 and bound * (num_classes + 1) > 4 * len(of_item):  # renumber before marking gets costly
@@ -151,7 +148,7 @@ def token_columns(
     if known is not None:
         known_class = parts[-1][0][member]
         has = np.flatnonzero(known_class >= 0)
-        columns[np.ix_(known[0], has)] = known[2][:, known_class[has]]
+        columns[np.ix_(known.rows, has)] = known.dense()[:, known_class[has]]
     of_group = np.full(groups.num_groups, -1, np.int64)
     of_group[kept] = classes[: len(kept)]
     return StringClasses(groups, of_group, remaining, walked, classes[len(kept) :], columns)
@@ -374,8 +371,8 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary, loops: UnitLoops | None = None
     if loops is None:
         groups, known = single_group(vocab), None
     else:
-        rows, groups, of_group, known_columns = loop_columns(loops, transitions, vocab)
-        known = (rows, of_group, known_columns)
+        known = loop_columns(loops, transitions, vocab)
+        groups = known.groups
     classes = token_columns(trie, transitions, groups, known)
     # Classes: those of the tokens alive from some state, then EOS, then the tokens never allowed.
     eos_class, never_class = classes.columns.shape[1], classes.columns.shape[1] + 1

@@ -210,9 +210,37 @@ def token_outcomes(vocab: Vocabulary, language: UnitLanguage) -> TokenOutcomes:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class LoopColumns:
+    """The token columns of the states inside loops (`loop_columns`), listed sparsely.
+
+    Attributes:
+      rows: int64[R], the states (`UnitLoops.rows`).
+      groups: the `TokenGroups` of `token_outcomes`.
+      class_of_group: int64[G], the class of each group (-1: dead from every row).
+      num_classes: C, the classes.
+      row, klass, value: int64[E] each, the (row index, class, column) entries that do not die,
+        by row then class; every other entry is DEAD.
+    """
+
+    rows: np.ndarray
+    groups: TokenGroups
+    class_of_group: np.ndarray
+    num_classes: int
+    row: np.ndarray
+    klass: np.ndarray
+    value: np.ndarray
+
+    def dense(self) -> np.ndarray:
+        """int32[R, C], the column of each class from each row."""
+        columns = np.full((len(self.rows), self.num_classes), DEAD, np.int32)
+        columns[self.row, self.klass] = self.value
+        return columns
+
+
 def loop_columns(
     loops: UnitLoops, transitions: np.ndarray, vocab: Vocabulary, after_remainders: RemainderWalk | None = None
-) -> tuple[np.ndarray, TokenGroups, np.ndarray, np.ndarray]:
+) -> LoopColumns:
     """The token columns of the states inside loops, from the vocabulary's `token_outcomes`.
 
     A token that reads ``u`` whole units from a state counting from boundary state ``b`` lands
@@ -220,7 +248,8 @@ def loop_columns(
     unit completes), inside the next unit if it ends mid-unit, and after an exit at the state the
     remainder leads to from the exit byte's target. Each distinct outcome is evaluated once per
     state of its unit state; the groups of `token_outcomes` are classed by random linear hashes
-    of their columns.
+    of their columns. Only the classes that read on from a row's unit state are listed for it
+    (most classes die inside a unit).
 
     Args:
       loops: the automaton's `UnitLoops`.
@@ -231,10 +260,8 @@ def loop_columns(
         for the k states and the remainder trie's strings (DEAD: dies); None: the state after it.
 
     Returns:
-      int64[R], the states (`UnitLoops.rows`); the `TokenGroups` of `token_outcomes`; int64[G],
-      the class of each group (-1: dead from all of them); and int32[R, C], the column of each
-      class: the state after the token, or a value of ``after_remainders`` (an empty remainder
-      gives the state the exit enters).
+      The `LoopColumns`: a column is the state after the token, or a value of
+      ``after_remainders`` (an empty remainder gives the state the exit enters).
     """
     outcomes = token_outcomes(vocab, loops.language)
     rows, unit_state, base, behind = loops.rows
@@ -291,6 +318,14 @@ def loop_columns(
     live = outcome_live[outcomes.outcome[representative]].any(axis=1)
     class_of_class = np.where(live, np.cumsum(live) - 1, -1)
     check_time()
-    chosen = outcomes.outcome[representative[live]][:, unit_state].T  # [R, C]
-    columns = value[group_start[chosen] + position[:, None]]
-    return rows, outcomes.groups, class_of_class[group_class], columns.astype(np.int32)
+    class_outcome = outcomes.outcome[representative[live]]  # [C, A]: each class's outcome from each unit state
+    # The (row, class) entries whose outcome reads on from the row's unit state, by row and class.
+    live_unit, live_class = np.nonzero(outcome_live[class_outcome].T)
+    per_unit = np.bincount(live_unit, minlength=num_units)
+    entry_row = np.repeat(np.arange(len(rows)), per_unit[unit_state])
+    entry_class = live_class[concatenated_ranges(np.cumsum(per_unit)[unit_state] - per_unit[unit_state], per_unit[unit_state])]
+    entry_value = value[group_start[class_outcome[entry_class, unit_state[entry_row]]] + position[entry_row]]
+    kept = entry_value != DEAD
+    return LoopColumns(
+        rows, outcomes.groups, class_of_class[group_class], len(class_outcome), entry_row[kept], entry_class[kept], entry_value[kept]
+    )
