@@ -288,3 +288,34 @@ def test_automata_that_overlap_at_a_join_are_built_through_the_nfa():
     assert automaton.concatenated(first, second) is None
     dfa = rx.to_dfa(rx.Seq((rx.Automaton(first), rx.Automaton(second))))
     assert [dfa.accepts(t) for t in (b"ab", b"aaab", b"a", b"b")] == [True, True, False, False]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_long_bounded_repeat_is_chained_from_copies_of_its_body(seed):
+    """A repeat of 16 copies or more is chained from its body's DFA (`automaton.repeated`) where
+    the split between copies is forced, and through the NFA otherwise; alone, joined in a
+    concatenation or inside an alternation, its DFA agrees with Python's `re` on strings of
+    about as many words as the bounds."""
+    rng = np.random.default_rng(seed)
+    words = ["ab", "c", "é", "ba", "a", "abc"]
+    chosen = rng.choice(words, size=int(rng.integers(1, 4)), replace=False).tolist()
+    lo, hi = int(rng.integers(0, 18)), None
+    hi = lo + int(rng.integers(0, 4)) if lo >= 16 else 16 + int(rng.integers(0, 4))
+    body = rx.Alt(tuple(rx.Text(w) for w in chosen)) if len(chosen) > 1 else rx.Text(chosen[0])
+    repeat = rx.Repeat(body, lo, hi)
+    forced = automaton.repeated(rx.to_dfa(body), lo, hi) is not None
+    # Forced: no word goes on after another word with a byte some word begins with.
+    assert forced == (not any(b.startswith(a + c[0]) for a in chosen for b in chosen for c in chosen))
+    inner = f"(?:{'|'.join(map(re.escape, chosen))}){{{lo},{hi}}}"
+    cases = [
+        (repeat, inner),
+        (rx.Seq((rx.Text("x"), repeat, rx.Text("y"))), f"x{inner}y"),
+        (rx.Alt((rx.Seq((rx.Text("x"), repeat)), rx.Text("xz"))), f"x{inner}|xz"),
+    ]
+    for node, pattern in cases:
+        dfa = rx.to_dfa(node)
+        for _ in range(60):
+            count = int(rng.integers(max(0, lo - 2), hi + 3))
+            text = "".join(rng.choice([*words, "d"], size=count).tolist())
+            text = rng.choice(["", "x"]) + text + rng.choice(["", "y", "z"])
+            assert dfa.accepts(text.encode()) == (re.fullmatch(pattern, text) is not None), (text, pattern)

@@ -169,6 +169,35 @@ def concatenated(first: ByteDFA, second: ByteDFA) -> ByteDFA | None:
     return ByteDFA(transitions, accepting, first.start)
 
 
+def repeated(body: ByteDFA, lo: int, hi: int) -> ByteDFA | None:
+    """``body{lo,hi}`` as ``hi`` chained copies of ``body``, without a subset construction, where
+    the split between copies is forced: ``body`` rejects the empty string, nothing re-enters its
+    start, and no accepting state reads a byte its start reads. A copy's accepting states read on
+    as the next copy's start, and accept from the ``lo``-th copy on. Not minimised. None where
+    the split is not forced.
+    """
+    start = body.start
+    begins = np.flatnonzero(body.transitions[start] != DEAD)
+    ends = np.flatnonzero(body.accepting)
+    if not start or body.accepting[start] or (body.transitions == start).any() or (body.transitions[np.ix_(ends, begins)] != DEAD).any():
+        return None
+    others = np.flatnonzero((np.arange(body.num_states) != DEAD) & (np.arange(body.num_states) != start))
+    charge_states(2 + hi * len(others), "a repeat's DFA")
+    index = np.full(body.num_states, -1, np.int64)
+    index[others] = np.arange(len(others))
+    # State 1 is the start; copy k's states follow from 2 + k * len(others).
+    first = 2 + np.arange(hi, dtype=np.int64)[:, None, None] * len(others)
+    moves = index[body.transitions[others]][None]
+    copies = np.where(moves >= 0, first + moves, DEAD)
+    ending = index[ends]
+    copies[:-1, ending[:, None], begins] = first[1:] + index[body.transitions[start, begins]]
+    start_row = np.where(index[body.transitions[start]] >= 0, 2 + index[body.transitions[start]], DEAD)
+    transitions = np.vstack([np.zeros((1, 256), np.int64), start_row[None], copies.reshape(-1, 256)]).astype(np.int32)
+    accepting = np.zeros((hi, len(others)), bool)
+    accepting[max(lo, 1) - 1 :] = body.accepting[others]
+    return ByteDFA(transitions, np.concatenate([[False, lo == 0], accepting.ravel()]), 1)
+
+
 def is_finite(dfa: ByteDFA) -> bool:
     """Whether ``dfa`` accepts finitely many strings: no cycle through its live states (all but
     the dead one, in a DFA from `minimise`), found by peeling states without live successors."""

@@ -33,6 +33,7 @@ from ananke_jax._src.compile.automaton import (
     dfa_moves,
     minimise,
     pausing_gc,
+    repeated,
 )
 from ananke_jax._src.compile.budget import charge_states, check_time
 from ananke_jax._src.compile.interleave import Hubs, hubs, interleave_fragment
@@ -254,7 +255,8 @@ _BUILT_ENTRIES, _BUILT_MAX_STATES = 512, 20_000
 @pausing_gc
 def to_dfa(node: Node) -> ByteDFA:
     """The minimal byte DFA of ``node`` (start 0 when the language is empty); of a concatenation
-    holding automata, one joined from its parts' (`_joined`), not minimised.
+    holding automata or long bounded repeats, one joined from its parts' (`_joined`), and of a
+    long bounded repeat, one chained from its body's (`automaton.repeated`), not minimised.
 
     The DFAs of the last few hundred trees built in this process are kept (read-only), and a
     tree equal to one of them is not built again: grammars and schemas share their terminals
@@ -271,7 +273,9 @@ def to_dfa(node: Node) -> ByteDFA:
         _BUILT.move_to_end(node)
         charge_states(dfa.num_states, "a regex's DFA")
         return dfa
-    dfa = _joined(node.parts) if isinstance(node, Seq) and any(isinstance(p, Automaton) for p in node.parts) else None
+    dfa = _joined(node.parts) if isinstance(node, Seq) and any(map(_built_apart, node.parts)) else None
+    if dfa is None and isinstance(node, Repeat):
+        dfa = _chained(node)
     if dfa is None:
         builder = NFABuilder()
         end = builder.state()
@@ -283,6 +287,24 @@ def to_dfa(node: Node) -> ByteDFA:
         if len(_BUILT) > _BUILT_ENTRIES:
             _BUILT.popitem(last=False)
     return dfa
+
+
+_LONG_REPEAT = 16  # copies from which a bounded repeat is chained rather than determinised
+
+
+def _is_long_repeat(node: Node) -> bool:
+    return isinstance(node, Repeat) and node.hi is not None and node.hi >= _LONG_REPEAT
+
+
+def _chained(node: Repeat) -> ByteDFA | None:
+    """The DFA of a long bounded repeat chained from copies of its body's (`automaton.repeated`);
+    None where the repeat is short or its copies overlap."""
+    return repeated(to_dfa(node.body), node.lo, node.hi) if _is_long_repeat(node) else None
+
+
+def _built_apart(node: Node) -> bool:
+    """Whether ``node``'s DFA is built by itself rather than from an NFA of a tree around it."""
+    return isinstance(node, Automaton) or _is_long_repeat(node)
 
 
 def _joined(parts: tuple[Node, ...]) -> ByteDFA | None:
@@ -348,10 +370,12 @@ def to_nfa(node: Node, b: NFABuilder, after: int, built: dict[tuple[int, int], i
     elif isinstance(node, Alt):
         start = b.state()
         b.epsilons[start] += [to_nfa(part, b, after, built) for part in node.parts]
-    elif isinstance(node, Repeat):
+    elif isinstance(node, Repeat) and (chained := _chained(node)) is None:
         start = _repeat(node, b, after, built)
     else:
-        if isinstance(node, Chars):
+        if isinstance(node, Repeat):
+            piece = b.copy(chained)
+        elif isinstance(node, Chars):
             piece = b.code_points(node.ranges) if node.ranges else Fragment(b.state(), b.state())
         elif isinstance(node, Text):
             piece = b.literal(node.text.encode("utf-8"))
