@@ -617,4 +617,32 @@ def test_a_last_lexer_state_whose_outcomes_complete_nothing_gets_no_trie_node():
         pending_free=np.ones(2, bool),
         completions=[[[1]], []],
     )
-    assert tries.outcome_node.tolist() == [[0], [-1]]
+    assert tries.outcome_node[tries.trie_of_state].tolist() == [[0], [-1]]
+
+
+def test_lexer_states_whose_outcomes_need_the_same_nodes_share_one_trie():
+    """States 0 and 2 read outcomes of equal terminals into final states of equal lookaheads
+    (but other outcomes and final states): one trie serves both, and each keeps its final
+    states. State 1's outcome needs another lookahead, state 3's completes at EOS: tries of
+    their own, equal to those built for them alone."""
+    from ananke_jax._src.compile.outcome_trie import outcome_tries
+
+    pending = np.array([[0, 1, 0], [0, 1, 0], [1, 0, 0], [0, 1, 0], [0, 1, 0]], bool)
+    tables = dict(
+        terminals=np.array([[0, 1], [0, 1], [0, 1], [2, -1]], np.int32),
+        lengths=np.array([2, 2, 2, 1], np.int32),
+        lexer_after=np.array([1, 3, 2, 4], np.int32),
+        pending=pending,
+        pending_free=np.zeros(5, bool),
+    )
+    state_outcomes = np.array([[0, 3], [2, 3], [1, 3], [0, 3]], np.int32)
+    completions = [[], [], [], [[2]]]
+    tries = outcome_tries(state_outcomes=state_outcomes, completions=completions, **tables)
+    assert tries.trie_of_state[0] == tries.trie_of_state[2] and len(set(tries.trie_of_state.tolist())) == 3
+    assert tries.outcome_lexer.tolist() == [[1, 4], [2, 4], [3, 4], [1, 4]]
+    for q in range(4):
+        alone = outcome_tries(state_outcomes=state_outcomes[q : q + 1], completions=completions[q : q + 1], **tables)
+        for name in ("node_parent", "node_column", "outcome_node", "outcome_lookahead", "complete_node"):
+            ours, theirs = getattr(tries, name)[tries.trie_of_state[q]], getattr(alone, name)[0]
+            width = min(ours.shape[-1], theirs.shape[-1])
+            np.testing.assert_array_equal(ours[..., :width], theirs[..., :width], err_msg=f"{name} of state {q}")

@@ -34,7 +34,7 @@ from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import MAX_LANES, outcome_tries
 from ananke_jax._src.compile.outcome_walk import CHUNK_ROWS, Cuts, WalkedOutcomes, context_free_cuts, walk_outcomes
 from ananke_jax._src.compile.token_table import spell_tokens
-from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes
+from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes, distinct_rows
 from ananke_jax._src.compile.unit_loops import LoopColumns, UnitLoops, expand_unit_loops, loop_columns
 from ananke_jax._src.engines.lr import fork_width
 from ananke_jax._src.engines.pushdown import PushdownGrammar
@@ -373,20 +373,10 @@ def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
       the state's rows and the local sets that gate them; sparse_token, sparse_set int32[D, Z].
       Padding is 0 throughout (the empty row, the empty set).
     """
-    row_of_state, member = _distinct_rows(tables.class_set)
+    row_of_state, member = distinct_rows(tables.class_set)
     class_set = tables.class_set[member]
     state_sets, rows, *parts = _distinct_mask_parts(class_set, tables.token_class, len(tables.set_members), words)
     return row_of_state, state_sets, class_set, rows, *parts
-
-
-def _distinct_rows(*tables: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct rows of the tables side by side (each [N, ...]): int32[N], each row's
-    class, and int64[D], a row of each class. Rows are hashed, as columns are elsewhere (sorting
-    thousands of wide rows took seconds)."""
-    columns = [x.reshape(len(x), -1) for x in tables]
-    bounds = np.cumsum([0, *(x.shape[1] for x in columns)])
-    multipliers = hash_multipliers(int(bounds[-1]))
-    return classes_of_hashes(sum(multipliers[:, a:b] @ x.T.astype(np.uint64) for x, (a, b) in zip(columns, itertools.pairwise(bounds))))
 
 
 def _distinct_mask_parts(class_set: np.ndarray, token_class: np.ndarray, num_sets: int, words: int) -> tuple[np.ndarray, ...]:
@@ -452,6 +442,19 @@ def _state_set_pairs(class_set: np.ndarray, class_size: np.ndarray, num_sets: in
     return concat(states, np.int64), concat(sets, np.int64), pair_of, concat(sizes, np.float64)
 
 
+_TRIE_TABLES = (
+    "node_parent",
+    "node_column",
+    "chunk_start",
+    "num_chunks",
+    "node_chunk",
+    "outcome_node",
+    "outcome_lookahead",
+    "outcome_free",
+    "complete_node",
+)
+
+
 @pausing_gc
 def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, max_configs: int = 4, forks: bool = True) -> PushdownGrammar:
     """Compile a grammar IR for ``vocab`` into the pushdown engine's device tables.
@@ -494,21 +497,10 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     # The tables of the states along a large terminal (a length-bounded string) are alike: they
     # are kept once per distinct row of them all; only the outcomes' ids and lexer states are
     # each state's own.
-    shared = {
-        "node_parent": tries.node_parent,
-        "node_column": tries.node_column,
-        "chunk_start": tries.chunk_start,
-        "num_chunks": tries.num_chunks[:, None],
-        "node_chunk": tries.node_chunk,
-        "outcome_node": tries.outcome_node,
-        "outcome_lookahead": tries.outcome_lookahead.reshape(lexer.num_states, -1),
-        "outcome_free": tries.outcome_free,
-        "complete_node": tries.complete_node,
-    }
-    lexer_row, member = _distinct_rows(row_of_state[:, None], *shared.values())
+    lexer_row, member = distinct_rows(np.column_stack([row_of_state, tries.trie_of_state]))
     mask_tables = dict(zip(["state_sets", "class_set", "mask_rows", "dense_row", "dense_set", "sparse_token", "sparse_set"], mask_parts))
     mask_tables = {name: x if name == "mask_rows" else x[row_of_state[member]] for name, x in mask_tables.items()}
-    trie_tables = {name: x[member].reshape((len(member),) + getattr(tries, name).shape[1:]) for name, x in shared.items()}
+    trie_tables = {name: getattr(tries, name)[tries.trie_of_state[member]] for name in _TRIE_TABLES}
     per_state = {"state_outcomes": t.state_outcomes, "outcome_lexer": tries.outcome_lexer, "lexer_row": lexer_row}
     tables = {**mask_tables, **trie_tables, **per_state}
     charge_bytes(sum(x.nbytes for x in (*tables.values(), t.token_class, t.set_members)), "the mask tables")

@@ -16,30 +16,35 @@ import dataclasses
 import numpy as np
 
 from ananke_jax._src.compile.arrays import concatenated_ranges, padded_groups, sorted_unique, stack_padded, unique_first_inverse
+from ananke_jax._src.compile.automaton import row_groups
 from ananke_jax._src.compile.budget import check_time
+from ananke_jax._src.compile.token_trie import distinct_rows
 
 MAX_LANES = 32  # the most simulations a trie chunk steps at once
 
 
 @dataclasses.dataclass(frozen=True)
 class OutcomeTries:
-    """Per lexer state, padded to common shapes (Q states, N nodes, P outcomes).
+    """Per distinct trie (D of them; Q lexer states, N nodes, P outcomes), padded to common
+    shapes; only ``outcome_lexer`` and ``trie_of_state`` are per lexer state.
 
     Attributes:
-      node_parent: int32[Q, N + lanes], the parent node (-1: the configuration itself; also
+      trie_of_state: int64[Q], the trie of each lexer state.
+      node_parent: int32[D, N + lanes], the parent node (-1: the configuration itself; also
         the padding, so that a chunk read past the last node stays in bounds).
-      node_column: int32[Q, N + lanes], the LR column a node feeds.
-      chunk_start: int32[Q, CH], the first node of each chunk; num_chunks: int32[Q];
-        node_chunk: int32[Q, N + lanes], the chunk of each node (`NO_CHUNK` past the last).
-      outcome_node: int32[Q, P], the node that ends an outcome's terminals (-1: none).
-      outcome_lookahead: int32[Q, P, L], the nodes of its lookahead terminals (-1 padding).
-      outcome_free: bool[Q, P], its final lexer state needs no lookahead.
+      node_column: int32[D, N + lanes], the LR column a node feeds.
+      chunk_start: int32[D, CH], the first node of each chunk; num_chunks: int32[D];
+        node_chunk: int32[D, N + lanes], the chunk of each node (`NO_CHUNK` past the last).
+      outcome_node: int32[D, P], the node that ends an outcome's terminals (-1: none).
+      outcome_lookahead: int32[D, P, L], the nodes of its lookahead terminals (-1 padding).
+      outcome_free: bool[D, P], its final lexer state needs no lookahead.
       outcome_lexer: int32[Q, P], its final lexer state (-1: padding, not an outcome).
-      complete_node: int32[Q, E], nodes whose acceptance means the output is complete (EOS
+      complete_node: int32[D, E], nodes whose acceptance means the output is complete (EOS
         allowed), -1 padding.
       lanes: nodes per chunk.
     """
 
+    trie_of_state: np.ndarray
     node_parent: np.ndarray
     node_column: np.ndarray
     chunk_start: np.ndarray
@@ -102,10 +107,13 @@ def outcome_tries(
     completions: list[list[list[int]]],
     max_lanes: int = MAX_LANES,
 ) -> OutcomeTries:
-    """Build the tries.
+    """Build the tries, one per distinct trie.
 
     A trie node is a (lexer state, path) pair: the nodes of a state are the paths its outcomes,
     their lookaheads and its completions need, with all their prefixes, numbered breadth first.
+    States whose outcomes need the same paths and lookaheads, in the same order, and whose
+    completions agree, have equal tries (the states along a length-bounded string): each is
+    built once.
 
     Args:
       state_outcomes: int32[Q, P], the outcomes of each lexer state (padded -1).
@@ -116,9 +124,27 @@ def outcome_tries(
       completions: per lexer state, the LR inputs that would complete the output at EOS.
       max_lanes: the most nodes in one chunk.
     """
-    num_states, width = state_outcomes.shape
     paths = Paths(pending.shape[1])
     outcome_path = paths.of_rows(terminals, lengths)
+    # An outcome's part of a trie: its path and the lookahead its final state needs.
+    _, _, need = unique_first_inverse(row_groups(np.packbits(np.column_stack([pending_free, pending & ~pending_free[:, None]]), axis=1)))
+    outcome_key = unique_first_inverse(outcome_path * (int(need.max(initial=0)) + 1) + need[lexer_after])[2]
+    completion_ids: dict[tuple, int] = {}
+    completion = [completion_ids.setdefault(tuple(map(tuple, c)), len(completion_ids)) for c in completions]
+    keys = np.where(state_outcomes >= 0, outcome_key[np.maximum(state_outcomes, 0)] + 1, 0)
+    trie_of_state, member = distinct_rows(keys, np.asarray(completion, np.int64)[:, None])
+    tries = _tries(
+        paths, outcome_path, state_outcomes[member], lexer_after, pending, pending_free, [completions[i] for i in member], max_lanes
+    )
+    after = np.where(state_outcomes >= 0, lexer_after[np.maximum(state_outcomes, 0)], -1).astype(np.int32)
+    return OutcomeTries(trie_of_state=trie_of_state.astype(np.int64), outcome_lexer=after, **tries)
+
+
+def _tries(paths, outcome_path, state_outcomes, lexer_after, pending, pending_free, completions, max_lanes) -> dict[str, np.ndarray]:
+    """The `OutcomeTries` tables of the lexer states of ``state_outcomes`` and ``completions``
+    (those of `outcome_tries`, less ``outcome_lexer`` and ``trie_of_state``); ``outcome_path``
+    the path of each outcome in ``paths``."""
+    num_states, width = state_outcomes.shape
     pair_q, pair_p = np.nonzero(state_outcomes >= 0)
     pair_outcome = state_outcomes[pair_q, pair_p]
     pair_after = lexer_after[pair_outcome]
@@ -160,10 +186,8 @@ def outcome_tries(
     lookahead[pair_q[look_pair], pair_p[look_pair], look_rank] = node(pair_q[look_pair], look_path)
     free = np.zeros((num_states, width), bool)
     free[pair_q, pair_p] = pending_free[pair_after]
-    after = np.full((num_states, width), -1, np.int32)
-    after[pair_q, pair_p] = pair_after
     final_node = node(final_q, final_path)
-    return OutcomeTries(
+    return dict(
         node_parent=padded_groups(node_row, node_parent, num_states, width=nodes),
         node_column=padded_groups(node_row, column[node_path][order], num_states, fill=0, width=nodes),
         chunk_start=chunk_start,
@@ -172,7 +196,6 @@ def outcome_tries(
         outcome_node=outcome_node,
         outcome_lookahead=lookahead,
         outcome_free=free,
-        outcome_lexer=after,
         complete_node=padded_groups(final_q, final_node, num_states),
         lanes=lanes,
     )

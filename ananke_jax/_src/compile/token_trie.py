@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 
 import numpy as np
 
-from ananke_jax._src.compile.arrays import concatenated_ranges, run_starts, unique_first_inverse
+from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, run_starts, unique_first_inverse
 from ananke_jax._src.vocab import Vocabulary
 
 
@@ -196,3 +197,13 @@ def classes_of_hashes(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not (hashes[1] == hashes[1][representatives][class_of_item]).all():
         _, representatives, class_of_item = np.unique(hashes.T, axis=0, return_index=True, return_inverse=True)
     return class_of_item.reshape(-1).astype(np.int32), representatives
+
+
+def distinct_rows(*tables: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of the tables side by side (each [N, ...]): int32[N], each row's
+    class, and int64[D], a row of each class. Rows are hashed, as columns are elsewhere (sorting
+    thousands of wide rows took seconds)."""
+    columns = [x.reshape(len(x), -1) for x in tables]
+    bounds = np.cumsum([0, *(x.shape[1] for x in columns)])
+    multipliers = hash_multipliers(int(bounds[-1]))
+    return classes_of_hashes(sum(multipliers[:, a:b] @ x.T.astype(np.uint64) for x, (a, b) in zip(columns, itertools.pairwise(bounds))))
