@@ -18,7 +18,6 @@ import jax
 import numpy as np
 
 from ananke_jax._src.compile.arrays import (
-    balanced_slices,
     concatenated_ranges,
     hash_multipliers,
     pack_bits,
@@ -60,7 +59,9 @@ class CFGTables:
       set_members: int32[NS, Z], the local outcomes of each outcome set (padded with -1);
         set 0 is empty. A set means the same local indices from every lexer state.
       token_class: int32[logits_width], tokens alike from every lexer state share a class.
-      class_set: int32[Q, C], the outcome set of each token class from each lexer state.
+      class_row: int32[Q], each lexer state's row of ``class_set``.
+      class_set: int32[D, C], the outcome set of each token class from the lexer states of each
+        row (states along a length-bounded string share a few rows).
     """
 
     lexer: Lexer
@@ -72,6 +73,7 @@ class CFGTables:
     state_outcomes: np.ndarray
     set_members: np.ndarray
     token_class: np.ndarray
+    class_row: np.ndarray
     class_set: np.ndarray
 
 
@@ -146,16 +148,14 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
     class_index = np.full(walked.num_columns + 1, -1, np.int64)
     class_index[representatives] = np.arange(len(representatives))
     chosen = is_walked & (class_index[np.minimum(group_column, walked.num_columns)] >= 0)
-    class_set = np.full((lexer.num_states, len(representatives)), EMPTY_SET, np.int32)
-    class_set[group_q[chosen], class_index[group_column[chosen]]] = set_of_group[chosen]
-    if looped is not None:
-        token_class, class_set = looped.classes(
-            token_class,
-            class_set,
-            group_q[~is_walked],
-            group_column[~is_walked] - walked.num_columns - 1,
-            set_of_group[~is_walked],
-        )
+    walked_sets = (group_q[chosen], class_index[group_column[chosen]], set_of_group[chosen])
+    if looped is None:
+        parts = [(*walked_sets, np.arange(len(representatives)))]
+    else:
+        token_class, walked_of_class, loop_of_class = looped.split_classes(token_class)
+        looped_sets = looped.sets(group_q[~is_walked], group_column[~is_walked] - walked.num_columns - 1, set_of_group[~is_walked])
+        parts = [(*walked_sets, walked_of_class), (*looped_sets, loop_of_class)]
+    class_row, class_set = _class_table(lexer.num_states, parts)
 
     return CFGTables(
         lexer=lexer,
@@ -167,6 +167,7 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
         state_outcomes=padded_groups(state_q, state_outcome, lexer.num_states),
         set_members=set_members,
         token_class=token_class.astype(np.int32),
+        class_row=class_row,
         class_set=class_set,
     )
 
@@ -227,29 +228,63 @@ class _LoopOutcomes:
         lines = order[concatenated_ranges(lo, hi - lo)]
         return np.repeat(entries.rows[row], hi - lo), np.repeat(value, hi - lo), outcome_of[self.outcome[lines]]
 
-    def classes(self, token_class, class_set, set_q, set_value, set_id) -> tuple[np.ndarray, np.ndarray]:
-        """Token classes split by loop class, and their sets from every state: the walked states'
-        from ``class_set`` (int32[Q, C] by ``token_class``), the loops' from the sets of their
-        (state, value) pairs (``set_q``, ``set_value``, ``set_id``)."""
+    def split_classes(self, token_class: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Token classes (``token_class``, int[V], those of the walk) split by loop class: the new
+        class of each token, and of each new class its walked class and its loop class (-1:
+        none)."""
         entries = self.columns
         num_loop = entries.num_classes
         loop_class = np.append(entries.class_of_group, -1)[np.minimum(entries.groups.of_id, len(entries.class_of_group))]
         classes, _, token_class = unique_first_inverse(token_class * (num_loop + 1) + loop_class + 1)
-        charge_bytes(4 * len(class_set) * len(classes), "the mask tables")
-        class_set = class_set[:, classes // (num_loop + 1)]
-        of_loop = classes % (num_loop + 1) - 1
+        return token_class, classes // (num_loop + 1), classes % (num_loop + 1) - 1
+
+    def sets(self, set_q, set_value, set_id) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(state, loop class, set) of the entries that do not die, from the sets of their
+        (state, value) pairs (``set_q``, ``set_value``, ``set_id``)."""
+        entries = self.columns
         width = int(max(entries.value.max(initial=0), set_value.max(initial=0))) + 1
         known = set_q * width + set_value
         order = np.argsort(known, kind="stable")
-        # The set of each (row, loop class) entry; the last column, no loop class, is empty.
-        loop_sets = np.full((len(entries.rows), num_loop + 1), EMPTY_SET, np.int32)
-        loop_sets[entries.row, entries.klass] = _lookup(
-            known[order], set_id[order], entries.rows[entries.row] * width + entries.value, EMPTY_SET
-        )
-        for part in balanced_slices(np.full(len(entries.rows), len(classes)), CHUNK_ROWS):
-            check_time()
-            class_set[entries.rows[part]] = loop_sets[part][:, of_loop]
-        return token_class, class_set
+        state = entries.rows[entries.row]
+        return state, entries.klass, _lookup(known[order], set_id[order], state * width + entries.value, EMPTY_SET)
+
+
+def _class_table(num_states: int, parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """The table int32[Q, C] of the outcome sets of the token classes from each lexer state,
+    given sparsely and kept once per distinct row: int32[Q], each state's row, and int32[D, C].
+
+    Args:
+      num_states: Q.
+      parts: per kind of lexer state, int64[E] states, int64[E] columns and int[E] sets: its
+        entries (every other is EMPTY_SET), in columns of its own; and int64[C], the column each
+        class reads (-1: none). The entries of a state all lie in one part.
+
+    Rows are told apart by random linear hashes, computed from the entries (a class's weight
+    summed into the column it reads), so the [Q, C] table is never made.
+    """
+    num_classes = len(parts[0][3])
+    weights = hash_multipliers(num_classes)
+    hashes = np.zeros((len(weights), num_states), np.uint64)
+    for q, column, sets, of_class in parts:
+        check_time()
+        reads = of_class >= 0
+        for row, weight in zip(hashes, weights):
+            column_weight = np.zeros(int(max(column.max(initial=-1), of_class.max(initial=-1))) + 1, np.uint64)
+            np.add.at(column_weight, of_class[reads], weight[reads])
+            np.add.at(row, q, column_weight[column] * sets.astype(np.uint64))
+    class_row, member = classes_of_hashes(hashes)
+    charge_bytes(4 * len(member) * num_classes, "the mask tables")
+    position = np.full(num_states, -1, np.int64)
+    position[member] = np.arange(len(member))
+    class_set = np.full((len(member), num_classes), EMPTY_SET, np.int32)
+    for q, column, sets, of_class in parts:
+        kept = position[q] >= 0
+        rows = sorted_unique(position[q[kept]])
+        # One more column, EMPTY_SET, for the classes that read none.
+        dense = np.full((len(member), int(max(column.max(initial=-1), of_class.max(initial=-1))) + 2), EMPTY_SET, np.int32)
+        dense[position[q[kept]], column[kept]] = sets[kept]
+        class_set[rows] = dense[rows][:, of_class]
+    return class_row, class_set
 
 
 def _lookup(keys: np.ndarray, values: np.ndarray, queries: np.ndarray, default: int) -> np.ndarray:
@@ -358,29 +393,19 @@ def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tup
     return q[starts], string[starts], (set_of_group + 1).astype(np.int32), set_members
 
 
-def _mask_parts(tables: CFGTables, words: int) -> tuple[np.ndarray, ...]:
-    """Each lexer state's mask as a sum of parts gated by outcome sets.
+def _mask_parts(class_set: np.ndarray, token_class: np.ndarray, num_sets: int, words: int) -> tuple[np.ndarray, ...]:
+    """The masks of the lexer states of each row of ``class_set`` (int32[D, C]) as sums of parts
+    gated by outcome sets.
 
     A set that holds many tokens from a state gets a dense packed row; the tokens of the other
-    sets are listed one by one (most lexer states allow few tokens). The parts of a state depend
-    on its row of ``class_set`` alone: they are made once per distinct row (the states along a
-    length-bounded string's chain share a few).
+    sets are listed one by one (most lexer states allow few tokens).
 
     Returns:
-      int64[Q], the distinct row of each state's; per distinct row (D of them), state_sets
-      int32[D, NSq]: the sets that occur from the state, local index 0 being the empty set;
-      class_set int32[D, C]; rows uint32[R, W] (row 0 is empty); dense_row, dense_set int32[D, B]:
+      Per row: state_sets int32[D, NSq], the sets that occur from the state, local index 0
+      being the empty set; rows uint32[R, W] (row 0 is empty); dense_row, dense_set int32[D, B]:
       the state's rows and the local sets that gate them; sparse_token, sparse_set int32[D, Z].
       Padding is 0 throughout (the empty row, the empty set).
     """
-    row_of_state, member = distinct_rows(tables.class_set)
-    class_set = tables.class_set[member]
-    state_sets, rows, *parts = _distinct_mask_parts(class_set, tables.token_class, len(tables.set_members), words)
-    return row_of_state, state_sets, class_set, rows, *parts
-
-
-def _distinct_mask_parts(class_set: np.ndarray, token_class: np.ndarray, num_sets: int, words: int) -> tuple[np.ndarray, ...]:
-    """`_mask_parts` of the states whose rows of the class table are ``class_set``."""
     threshold = max(32, words // 32)
     num_states, num_classes = class_set.shape
     class_size = np.bincount(token_class, minlength=num_classes)
@@ -493,16 +518,18 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     eos_bits = np.zeros(vocab.logits_width, bool)
     eos_bits[list(vocab.eos_token_ids)] = True
     check_time()
-    row_of_state, *mask_parts = _mask_parts(t, words)
+    state_sets, mask_rows, *mask_parts = _mask_parts(t.class_set, t.token_class, len(t.set_members), words)
     # The tables of the states along a large terminal (a length-bounded string) are alike: they
     # are kept once per distinct row of them all; only the outcomes' ids and lexer states are
     # each state's own.
-    lexer_row, member = distinct_rows(np.column_stack([row_of_state, tries.trie_of_state]))
-    mask_tables = dict(zip(["state_sets", "class_set", "mask_rows", "dense_row", "dense_set", "sparse_token", "sparse_set"], mask_parts))
-    mask_tables = {name: x if name == "mask_rows" else x[row_of_state[member]] for name, x in mask_tables.items()}
+    lexer_row, member = distinct_rows(np.column_stack([t.class_row, tries.trie_of_state]))
+    mask_tables = dict(
+        zip(["state_sets", "class_set", "dense_row", "dense_set", "sparse_token", "sparse_set"], [state_sets, t.class_set, *mask_parts])
+    )
+    mask_tables = {name: x[t.class_row[member]] for name, x in mask_tables.items()}
     trie_tables = {name: getattr(tries, name)[tries.trie_of_state[member]] for name in _TRIE_TABLES}
     per_state = {"state_outcomes": t.state_outcomes, "outcome_lexer": tries.outcome_lexer, "lexer_row": lexer_row}
-    tables = {**mask_tables, **trie_tables, **per_state}
+    tables = {**mask_tables, "mask_rows": mask_rows, **trie_tables, **per_state}
     charge_bytes(sum(x.nbytes for x in (*tables.values(), t.token_class, t.set_members)), "the mask tables")
     check_time()  # before the tables go to the device
     return PushdownGrammar(
