@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from ananke_jax import SchemaError
+from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.regex_ast import to_dfa
 from ananke_jax._src.json_schema.ecma_regex import pattern_node
 
@@ -270,3 +271,32 @@ def test_unsupported_or_invalid_patterns_raise_schema_errors(pattern, feature):
         pattern_node(pattern, pointer="/properties/x", keyword="patternProperties")
     assert (info.value.keyword, info.value.pointer) == ("patternProperties", "/properties/x")
     assert repr(pattern) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "runs"),
+    [
+        (r"^[^\s]+$", True),
+        (r"^[a-z0-9_-]*$", True),
+        (r"^(?:[\p{L}\p{N}]|\.)+$", True),
+        (r"^\S+$", True),
+        (r"^[a-z]+[0-9]$", False),
+        (r"^a[a-z]*$", False),
+        (r"^(ab)+$", False),
+        (r"[a-z]", False),
+    ],
+)
+def test_runs_of_code_points_under_length_bounds_chain_copies_of_one(pattern, runs):
+    """A pattern that is any run of code points from one set, under length bounds, is built as
+    chained copies of that set's automaton instead of a product with the length automaton; either
+    way the language is that product's (the strings of the pattern of the lengths allowed)."""
+    from ananke_jax._src.compile.automaton import DEAD
+    from ananke_jax._src.json_schema import strings
+
+    value = pattern_node(pattern)
+    for lo, hi in [(0, 20), (1, 16), (3, 40), (5, 5), (2, None)]:
+        body = strings.string_body(lo, hi, [value])
+        reference = rx.intersect(strings.spelled_dfa(value), strings._canonical_length_dfa(lo, hi))
+        built = to_dfa(body)
+        assert rx.difference(built, reference).start == DEAD and rx.difference(reference, built).start == DEAD, (pattern, lo, hi)
+        assert isinstance(getattr(body, "source", None), rx.Repeat) == runs, (pattern, lo, hi)

@@ -108,8 +108,26 @@ def _string_body(min_length: int, max_length: int | None, values: tuple[rx.Node,
         source = None if isinstance(values[0], rx.Automaton) else spelled(values[0])
         return rx.Automaton(dfa, source=source)  # built once, printed as the tree
     if (min_length, max_length) != (0, None):
+        if (repeated := _code_points_repeated(dfa)) is not None:
+            unit, lo = repeated
+            node = rx.repeat(rx.Automaton(unit), max(min_length, lo), max_length)
+            return rx.Automaton(rx.to_dfa(node), source=node)
         dfa = rx.intersect(dfa, _canonical_length_dfa(min_length, max_length))
     return rx.Automaton(dfa) if dfa.start else rx.NOTHING
+
+
+def _code_points_repeated(dfa: ByteDFA) -> tuple[ByteDFA, int] | None:
+    """``(unit, lo)`` where ``dfa`` (minimal, of canonical spellings) is ``unit{lo,}``: any run
+    of code points from one set (``[^\\s]+``, ``[a-z0-9-]*``), ``unit`` that set's minimal DFA
+    and ``lo`` 0 or 1; else None. Such a language under length bounds is ``unit{min,max}``,
+    whose copies chain without a product with the length automaton and its minimisation."""
+    unit = rx.intersect(dfa, _canonical_unit())
+    if not unit.start:
+        return None
+    lo = 0 if dfa.accepting[dfa.start] else 1
+    runs = rx.to_dfa(rx.repeat(rx.Automaton(unit), lo, None))
+    same = not rx.difference(dfa, runs).start and not rx.difference(runs, dfa).start
+    return (unit, lo) if same else None
 
 
 def _all_of(values: list[rx.Node]) -> ByteDFA:
