@@ -158,14 +158,15 @@ def concatenated(first: ByteDFA, second: ByteDFA) -> ByteDFA | None:
     ends = np.flatnonzero(first.accepting)
     if (first.transitions[np.ix_(ends, begins)] != DEAD).any():
         return None
-    shifted = np.where(second.transitions[1:] != DEAD, second.transitions[1:] + (first.num_states - 1), DEAD).astype(np.int32)
-    transitions = np.vstack([first.transitions, shifted])
-    transitions[np.ix_(ends, begins)] = shifted[second.start - 1, begins]
-    accepting = np.concatenate([first.accepting & second.accepting[second.start], second.accepting[1:]])
-    if not (second.transitions == second.start).any():  # nothing enters ``second``'s start: drop it
-        gone = first.num_states - 1 + second.start
-        transitions, accepting = np.delete(transitions, gone, axis=0), np.delete(accepting, gone)
-        transitions[transitions > gone] -= 1
+    # Second's live states follow first's, less its start where nothing enters it.
+    kept = np.arange(1, second.num_states)
+    if not (second.transitions == second.start).any():
+        kept = kept[kept != second.start]
+    index = np.zeros(second.num_states, np.int32)
+    index[kept] = first.num_states + np.arange(len(kept))
+    transitions = np.vstack([first.transitions, index[second.transitions[kept]]])
+    transitions[np.ix_(ends, begins)] = index[second.transitions[second.start, begins]]
+    accepting = np.concatenate([first.accepting & second.accepting[second.start], second.accepting[kept]])
     return ByteDFA(transitions, accepting, first.start)
 
 
