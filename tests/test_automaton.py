@@ -319,3 +319,41 @@ def test_a_long_bounded_repeat_is_chained_from_copies_of_its_body(seed):
             text = "".join(rng.choice([*words, "d"], size=count).tolist())
             text = rng.choice(["", "x"]) + text + rng.choice(["", "y", "z"])
             assert dfa.accepts(text.encode()) == (re.fullmatch(pattern, text) is not None), (text, pattern)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_lexer_product_tracks_every_terminal_and_numbers_each_tuple_once(seed):
+    """`build_lexer` steps the terminals' DFAs side by side; tuples where one terminal reads on
+    alone are added as a block after the search. From every start and on random strings, each
+    lexer state says which terminals are alive and which end exactly as the terminals' own DFAs
+    do, and there are as many states as distinct tuples reachable (a plain search, here)."""
+    from ananke_jax._src.compile.lexer import build_lexer
+    from ananke_jax._src.ir import TerminalDef
+
+    rng = np.random.default_rng(seed)
+    regexes = ["[a-c]{0,30}x", "ab", "[ab]+", "c[a-c]*", "(ab|ba){2,20}", "a{3}", "[^x]{1,25}"]
+    chosen = sorted(rng.choice(len(regexes), size=int(rng.integers(2, 6)), replace=False).tolist())
+    terminals = tuple(TerminalDef(f"T{i}", regexes[i]) for i in chosen)
+    dfas = {t.name: regex_to_dfa(t.regex) for t in terminals}
+    begins = rng.random((2, len(terminals))) < 0.7
+    begins[:, 0] = True
+    lexer = build_lexer(terminals, dfas, begins)
+    starts = [[dfas[t.name].start if b else 0 for t, b in zip(terminals, row)] for row in begins]
+    seen, todo = set(), [tuple(s) for s in starts]
+    while todo:  # the tuples reachable by a byte from a start (starts are states of their own)
+        states = todo.pop()
+        for byte in range(256):
+            after = tuple(int(dfas[t.name].transitions[q, byte]) for t, q in zip(terminals, states))
+            if after not in seen:
+                seen.add(after)
+                todo.append(after)
+    assert lexer.num_states == len(starts) + len(seen | {(0,) * len(terminals)})
+    for _ in range(200):
+        k = int(rng.integers(len(starts)))
+        text = bytes(rng.choice(list(b"abcx"), size=int(rng.integers(0, 40))).tolist())
+        q, states = int(lexer.starts[k]), list(starts[k])
+        for byte in text:
+            q = int(lexer.transitions[q, byte])
+            states = [int(dfas[t.name].transitions[s, byte]) for t, s in zip(terminals, states)]
+            assert lexer.alive[q].tolist() == [s != 0 for s in states]
+            assert lexer.ends[q].tolist() == [bool(dfas[t.name].accepting[s]) for t, s in zip(terminals, states)]
