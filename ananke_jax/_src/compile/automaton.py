@@ -199,6 +199,102 @@ def repeated(body: ByteDFA, lo: int, hi: int) -> ByteDFA | None:
     return ByteDFA(transitions, np.concatenate([[False, lo == 0], accepting.ravel()]), 1)
 
 
+_CHUNK_ENTRIES = 1 << 22  # tuple entries (int32) of one lookup's successors: its memory, and the time between deadline checks
+
+
+def product(dfas: Sequence[ByteDFA], starts: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """The DFAs run side by side: the tuples of their states reachable from ``starts``.
+
+    Breadth first, one level at a time, over the byte classes that all DFAs share: only the
+    distinct tuples of a level are looked up one by one. A tuple with one live DFA is that DFA
+    reading on alone: the states of that DFA reachable from such tuples are added as one block
+    after the search (a length-bounded string's chain took a level a byte).
+
+    Args:
+      dfas: n DFAs.
+      starts: int[K, n], the start tuples; they are states 1 to K, keyed apart from the tuples
+        reached by bytes (reading back into a start's tuple is another state).
+      what: the automaton, named where it goes over the compile budget.
+
+    Returns:
+      int32[S, 256], the transitions (state 0: every DFA dead), and int32[S, n], each state's
+      tuple.
+    """
+    sizes = np.array([d.num_states for d in dfas])
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    dfa_of = np.repeat(np.arange(len(dfas)), sizes)  # of each stacked state
+    stacked = np.vstack([d.transitions for d in dfas])  # all DFAs' rows, stacked
+    byte_class, first_byte = byte_classes(stacked)
+    table = stacked[:, first_byte].astype(np.int32)
+    order = [np.zeros((1, len(dfas)), np.int32), np.asarray(starts, np.int32)]
+    ids = {order[0][0].tobytes(): 0}
+    rows, frontier, first, alone = [], order[1], 1, [np.zeros(0, np.int64)]
+    chunk = max(1, _CHUNK_ENTRIES // (table.shape[1] * len(dfas)))  # frontier tuples looked up at once
+    while len(frontier):
+        following = first + len(frontier)  # the id of the next new tuple
+        found_tuples = []
+        for lo in range(0, len(frontier), chunk):
+            check_time()
+            successors = table[frontier[lo : lo + chunk] + offsets].transpose(0, 2, 1).reshape(-1, len(dfas))
+            inverse = row_groups(successors)
+            distinct = np.empty_like(successors[: int(inverse.max()) + 1])
+            distinct[inverse] = successors
+            live = (distinct != DEAD).sum(axis=1)
+            solo = np.flatnonzero(live == 1)
+            found, new = np.empty(len(distinct), np.int64), []
+            alone.append((distinct + offsets)[solo, np.argmax(distinct[solo] != DEAD, axis=1)])
+            found[solo] = -1 - alone[-1]  # a stacked state's block id, given below
+            for j in np.flatnonzero(live != 1).tolist():
+                key = distinct[j].tobytes()
+                if key not in ids:
+                    ids[key] = following
+                    following += 1
+                    new.append(j)
+                found[j] = ids[key]
+            rows.append(found[inverse].reshape(-1, len(first_byte)))
+            found_tuples.append(distinct[new])
+            charge_states(following, what)
+        first += len(frontier)
+        frontier = np.concatenate(found_tuples)
+        order.append(frontier)
+    # The block: the stacked states reachable from those reached alone, numbered after the rest.
+    block = _reachable(table, offsets[dfa_of], np.concatenate(alone))
+    charge_states(first + len(block), what)
+    block_id = np.zeros(len(table), np.int64)
+    block_id[block] = first + np.arange(len(block))
+    block_rows = np.where(table[block] != DEAD, block_id[table[block] + offsets[dfa_of[block], None]], DEAD)
+    transitions = np.concatenate([np.zeros((1, len(first_byte)), np.int64), *rows, block_rows])
+    in_block = transitions < 0
+    transitions[in_block] = block_id[-1 - transitions[in_block]]
+    block_tuples = np.zeros((len(block), len(dfas)), np.int32)
+    block_tuples[np.arange(len(block)), dfa_of[block]] = block - offsets[dfa_of[block]]
+    return transitions[:, byte_class].astype(np.int32), np.concatenate([*order, block_tuples])
+
+
+def _reachable(table: np.ndarray, offset: np.ndarray, sources: np.ndarray) -> np.ndarray:
+    """int64[R], sorted: the stacked states reachable from ``sources`` in stacked DFAs
+    (``table`` int32[S, C] of local targets, ``offset`` int64[S] of each state's DFA)."""
+    reached = np.zeros(len(table), bool)
+    frontier = np.unique(sources)
+    while len(frontier):
+        reached[frontier] = True
+        targets = table[frontier]
+        following = np.unique((targets + offset[frontier, None])[targets != DEAD])
+        frontier = following[~reached[following]]
+    return np.flatnonzero(reached)
+
+
+def union(dfas: Sequence[ByteDFA]) -> ByteDFA:
+    """The strings any of ``dfas`` accepts, run side by side (`product`) rather than taken
+    apart into an NFA again; not minimised. Their live states must all be co-accessible (as
+    those of minimal, joined and chained DFAs are)."""
+    transitions, local = product(dfas, [[d.start for d in dfas]], "an alternation's DFA")
+    accepting = np.zeros(len(local), bool)
+    for i, d in enumerate(dfas):
+        accepting |= d.accepting[local[:, i]]
+    return ByteDFA(transitions, accepting, 1 if local[1].any() else DEAD)
+
+
 def is_finite(dfa: ByteDFA) -> bool:
     """Whether ``dfa`` accepts finitely many strings: no cycle through its live states (all but
     the dead one, in a DFA from `minimise`), found by peeling states without live successors."""
