@@ -357,25 +357,3 @@ def test_the_lexer_product_tracks_every_terminal_and_numbers_each_tuple_once(see
             states = [int(dfas[t.name].transitions[s, byte]) for t, s in zip(terminals, states)]
             assert lexer.alive[q].tolist() == [s != 0 for s in states]
             assert lexer.ends[q].tolist() == [bool(dfas[t.name].accepting[s]) for t, s in zip(terminals, states)]
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_an_alternation_of_automata_runs_them_side_by_side_and_keeps_the_language(seed):
-    """`rx.to_dfa` makes an alternation holding automata by running its parts' DFAs side by side
-    (`automaton.union`), also inside a concatenation. On random trees it agrees with Python's
-    `re` on random strings, and every live state can still reach an accepting one."""
-    rng = np.random.default_rng(seed)
-    parts = [_random_node(rng, 2, []) for _ in range(int(rng.integers(2, 5)))]
-    union = rx.Alt(tuple(rx.Automaton(rx.to_dfa(p)) if i % 2 == 0 else p for i, p in enumerate(parts)))
-    pattern = "|".join(f"(?:{_python_regex(p)})" for p in parts)
-    alphabet = list("abc0é\u03b1\u4e01\U0001f600 ")
-    for node, regex in [(union, pattern), (rx.Seq((rx.Text("x"), union, rx.Text("y"))), f"x(?:{pattern})y")]:
-        dfa = rx.to_dfa(node)
-        for _ in range(120):
-            text = "".join(rng.choice(alphabet, size=int(rng.integers(8))).tolist())
-            text = rng.choice(["", "x"]) + text + rng.choice(["", "y"])
-            assert dfa.accepts(text.encode()) == (re.fullmatch(regex, text, re.DOTALL) is not None), (text, regex)
-        completes = dfa.accepting.copy()
-        while (grown := completes | completes[dfa.transitions].any(axis=1)).sum() > completes.sum():
-            completes = grown
-        assert completes[1:].all() or not dfa.start

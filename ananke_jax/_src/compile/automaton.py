@@ -284,17 +284,6 @@ def _reachable(table: np.ndarray, offset: np.ndarray, sources: np.ndarray) -> np
     return np.flatnonzero(reached)
 
 
-def union(dfas: Sequence[ByteDFA]) -> ByteDFA:
-    """The strings any of ``dfas`` accepts, run side by side (`product`) rather than taken
-    apart into an NFA again; not minimised. Their live states must all be co-accessible (as
-    those of minimal, joined and chained DFAs are)."""
-    transitions, local = product(dfas, [[d.start for d in dfas]], "an alternation's DFA")
-    accepting = np.zeros(len(local), bool)
-    for i, d in enumerate(dfas):
-        accepting |= d.accepting[local[:, i]]
-    return ByteDFA(transitions, accepting, 1 if local[1].any() else DEAD)
-
-
 def is_finite(dfa: ByteDFA) -> bool:
     """Whether ``dfa`` accepts finitely many strings: no cycle through its live states (all but
     the dead one, in a DFA from `minimise`), found by peeling states without live successors."""

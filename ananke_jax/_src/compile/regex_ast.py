@@ -34,7 +34,6 @@ from ananke_jax._src.compile.automaton import (
     minimise,
     pausing_gc,
     repeated,
-    union,
 )
 from ananke_jax._src.compile.budget import charge_states, check_time
 from ananke_jax._src.compile.interleave import Hubs, hubs, interleave_fragment
@@ -255,10 +254,9 @@ _BUILT_ENTRIES, _BUILT_MAX_STATES = 512, 20_000
 
 @pausing_gc
 def to_dfa(node: Node) -> ByteDFA:
-    """The minimal byte DFA of ``node`` (start 0 when the language is empty); where ``node``
-    holds automata or long bounded repeats, one made of its parts' DFAs, not minimised: a
-    concatenation's joined (`_joined`), an alternation's run side by side (`automaton.union`), a
-    long bounded repeat's chained from copies of its body's (`automaton.repeated`).
+    """The minimal byte DFA of ``node`` (start 0 when the language is empty); of a concatenation
+    holding automata or long bounded repeats, one joined from its parts' (`_joined`), and of a
+    long bounded repeat, one chained from its body's (`automaton.repeated`), not minimised.
 
     The DFAs of the last few hundred trees built in this process are kept (read-only), and a
     tree equal to one of them is not built again: grammars and schemas share their terminals
@@ -275,9 +273,7 @@ def to_dfa(node: Node) -> ByteDFA:
         _BUILT.move_to_end(node)
         charge_states(dfa.num_states, "a regex's DFA")
         return dfa
-    dfa = None
-    if isinstance(node, (Seq, Alt)) and any(map(_built_apart, node.parts)):
-        dfa = _joined(node.parts) if isinstance(node, Seq) else union([to_dfa(p) for p in node.parts])
+    dfa = _joined(node.parts) if isinstance(node, Seq) and any(map(_built_apart, node.parts)) else None
     if dfa is None and isinstance(node, Repeat):
         dfa = _chained(node)
     if dfa is None:
@@ -307,10 +303,7 @@ def _chained(node: Repeat) -> ByteDFA | None:
 
 
 def _built_apart(node: Node) -> bool:
-    """Whether ``node``'s DFA is built from its parts' DFAs rather than from an NFA: it is or
-    holds an automaton or a long bounded repeat."""
-    if isinstance(node, (Seq, Alt)):
-        return any(map(_built_apart, node.parts))
+    """Whether ``node``'s DFA is built by itself rather than from an NFA of a tree around it."""
     return isinstance(node, Automaton) or _is_long_repeat(node)
 
 
