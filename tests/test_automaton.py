@@ -357,3 +357,28 @@ def test_the_lexer_product_tracks_every_terminal_and_numbers_each_tuple_once(see
             states = [int(dfas[t.name].transitions[s, byte]) for t, s in zip(terminals, states)]
             assert lexer.alive[q].tolist() == [s != 0 for s in states]
             assert lexer.ends[q].tolist() == [bool(dfas[t.name].accepting[s]) for t, s in zip(terminals, states)]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_states_alone_inside_copied_automata_step_by_the_copied_table(seed):
+    """The subset construction steps a subset that is one non-accepting state of a copied DFA by
+    that DFA's table, in batches. NFAs of copies joined and alternated, some wired to from
+    outside their entries, determinise to the language of the same NFA built with the moves
+    listed by hand (which the construction steps one subset at a time)."""
+    rng = np.random.default_rng(seed)
+    dfas = [rx.to_dfa(_random_node(rng, 2, [])) for _ in range(3)]
+    inward = int(rng.integers(0, 3))
+
+    def built(fast: bool) -> automaton.ByteDFA:
+        b = NFABuilder()
+        copy = lambda d: b.copy(d) if fast else b.copy(d, automaton.dfa_moves(d))
+        pieces = [copy(d) for d in dfas]
+        joined = b.concat([pieces[0], b.alternation([pieces[1], copy(dfas[2])]), pieces[2]])
+        # An edge into the middle of the second copy from outside it.
+        entry = b.state()
+        b.epsilons[entry] += [joined.start, pieces[1].start + inward]
+        return automaton.determinise(b, Fragment(entry, joined.end))
+
+    fast, slow = built(True), built(False)
+    assert rx.difference(fast, slow).start == 0 and rx.difference(slow, fast).start == 0
+    assert fast.num_states == slow.num_states  # both minimal

@@ -38,6 +38,7 @@ class NFABuilder:
         self.edges: list[list[tuple[int, int, int]]] = []  # state -> [(lo, hi, target)]
         self.epsilons: list[list[int]] = []
         self._moves: dict[int, tuple[ByteDFA, list]] = {}  # id -> (DFA, kept alive; its moves)
+        self.copies: list[tuple[int, ByteDFA]] = []  # (offset, DFA) copied with its own moves: state s is s + offset
 
     def state(self) -> int:
         if len(self.edges) % CHECK_EVERY == 0:
@@ -74,13 +75,14 @@ class NFABuilder:
 
     def copy(self, dfa: ByteDFA, moves: list[list[tuple[int, int, int]]] | None = None) -> Fragment:
         """A copy of ``dfa``'s live states whose accepting states lead to the fragment's end
-        (``moves``: its `dfa_moves`; by default those listed for its first copy)."""
+        (``moves``: others than its own, `dfa_moves`, listed once for all its copies)."""
         end = self.state()
         if dfa.start == DEAD:
             return Fragment(self.state(), end)
+        offset = len(self.edges) - 1  # live state s becomes s + offset
         if moves is None:  # a repeated automaton's moves are listed once
             moves = self._moves.setdefault(id(dfa), (dfa, dfa_moves(dfa)))[1]
-        offset = len(self.edges) - 1  # live state s becomes s + offset
+            self.copies.append((offset, dfa))
         charge_states(offset + dfa.num_states, "an NFA")
         check_time()
         self.edges += [[(lo, hi, t + offset) for lo, hi, t in row] for row in moves]
@@ -376,34 +378,88 @@ def subset_construction(builder: NFABuilder, fragment: Fragment) -> tuple[np.nda
             moves[state] = [(c, _union(parts)) for c, parts in targets.items()]
         return moves[state]
 
+    # A subset that is one non-accepting state inside a copied DFA moves as that DFA's state
+    # does: such subsets are kept as the NFA state alone and stepped in batches by the DFA's
+    # table (a copied automaton of 100,000 states took 100 us a state one by one).
+    num_nfa = len(builder.edges)
+    inside = np.full(num_nfa, -1, np.int64)  # the copy of each NFA state; -1: none or accepting
+    copy_rows, copy_offset = [], []
+    first_byte = np.searchsorted(byte_class, np.arange(num_classes))
+    for k, (offset, dfa) in enumerate(builder.copies):
+        live = np.arange(1, dfa.num_states)
+        alone = live[~dfa.accepting[live]]
+        inside[offset + alone[[not builder.epsilons[offset + q] for q in alone.tolist()]]] = k  # none wired elsewhere
+        copy_rows.append(dfa.transitions[:, first_byte])
+        copy_offset.append(offset)
+    single_id = np.full(num_nfa, -1, np.int64)  # the id of the subset {s} of each such state
+
     start = kernel(fragment.start)
     ids: dict[frozenset[int], int] = {frozenset(): DEAD}
-    # setdefault: an empty start kernel (an empty language) still gets its own state 1.
-    ids.setdefault(start, 1)
-    order = [frozenset(), start]
-    rows: list[list[int]] = [[DEAD] * num_classes]
+    order: list = [frozenset()]  # a kernel, or the NFA state of a subset kept alone
+
+    def state_id(kernel_: frozenset[int]) -> int:
+        """The id of a kernel, numbered on first sight (a lone state inside a copy by `single_id`)."""
+        if len(kernel_) == 1 and inside[(s := next(iter(kernel_)))] >= 0:
+            if single_id[s] < 0:
+                single_id[s] = len(order)
+                order.append(s)
+            return int(single_id[s])
+        if kernel_ not in ids:
+            if len(order) % CHECK_EVERY == 0:
+                charge_states(len(order) + 1, "a DFA")
+                check_time()
+            ids[kernel_] = len(order)
+            order.append(kernel_)
+        return ids[kernel_]
+
+    # An empty start kernel (an empty language) still gets its own state 1.
+    ids[start] = 1
+    order.append(start)
+    rows: list[np.ndarray] = [np.zeros((1, num_classes), np.int64)]
     i = 1
     while i < len(order):
         check_time()
+        if isinstance(order[i], int):  # a batch of lone states inside copies
+            j = i
+            while j < len(order) and j - i < CHECK_EVERY and isinstance(order[j], int):
+                j += 1
+            rows.append(_lone_rows(np.asarray(order[i:j]), inside, copy_rows, copy_offset, single_id, state_id, kernel))
+            i = j
+            continue
         targets: dict[int, list[frozenset[int]]] = {}
         for s in order[i]:
             for c, ts in move(s):
                 targets.setdefault(c, []).append(ts)
-        row = [DEAD] * num_classes
+        row = np.zeros((1, num_classes), np.int64)
         for c, parts in targets.items():
-            nxt = _union(parts)
-            if nxt not in ids:
-                if len(order) % CHECK_EVERY == 0:
-                    charge_states(len(order) + 1, "a DFA")
-                    check_time()
-                ids[nxt] = len(order)
-                order.append(nxt)
-            row[c] = ids[nxt]
+            row[0, c] = state_id(_union(parts))
         rows.append(row)
         i += 1
     charge_states(len(order), "a DFA")
-    accepting = np.array([fragment.end in s for s in order])
-    return np.asarray(rows, np.int32), accepting, byte_class
+    accepting = np.array([not isinstance(s, int) and fragment.end in s for s in order])
+    return np.concatenate(rows).astype(np.int32), accepting, byte_class
+
+
+def _lone_rows(states, inside, copy_rows, copy_offset, single_id, state_id, kernel) -> np.ndarray:
+    """int64[B, C], the subset-automaton rows of the subsets that are the lone NFA ``states``
+    inside copies (`subset_construction`): each class leads to the copy's target, alone where
+    that is a lone state too, else to its kernel (``kernel``, numbered by ``state_id``)."""
+    out = np.zeros((len(states), copy_rows[0].shape[1] if copy_rows else 0), np.int64)
+    copy_of = inside[states]
+    for k in np.unique(copy_of).tolist():
+        mine = np.flatnonzero(copy_of == k)
+        local = copy_rows[k][states[mine] - copy_offset[k]]  # the targets, as the copied DFA's states
+        target = local + copy_offset[k]
+        lone = (local != DEAD) & (inside[target] >= 0)
+        fresh = np.unique(target[lone][single_id[target[lone]] < 0])
+        for t in fresh.tolist():  # numbered in order, as one by one
+            state_id(frozenset((t,)))
+        ids = np.where(lone, single_id[np.where(lone, target, 0)], DEAD)
+        others = (local != DEAD) & ~lone  # accepting, or wired to from elsewhere
+        kernels, kernel_of = np.unique(target[others], return_inverse=True)
+        ids[others] = np.array([state_id(kernel(t)) for t in kernels.tolist()], np.int64)[kernel_of.reshape(-1)]
+        out[mine] = ids
+    return out
 
 
 def _union(sets: list[frozenset[int]]) -> frozenset[int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from ananke_jax._src.compile.automaton import ByteDFA, Fragment, NFABuilder, dfa_moves
+from ananke_jax._src.compile.automaton import ByteDFA, Fragment, NFABuilder
 
 Hub = tuple[int, int]  # (the members written, as a bit set; the items written, capped)
 
@@ -90,7 +90,6 @@ def interleave_fragment(
       hi: the most items (None: no bound).
     """
     items = [*members, extra, separator]
-    moves = [dfa_moves(d) for d in items]
     graph = hubs(required, [bool(d.start) for d in members], bool(extra.start), lo, hi)
     end = b.state()
     states: dict[Hub, int] = {}
@@ -104,10 +103,10 @@ def interleave_fragment(
     start = entries[0, 0] = state((0, 0))
     for hub, i, after in graph.moves:
         if hub not in entries:
-            sep = b.copy(separator, moves[-1])
+            sep = b.copy(separator)
             b.epsilons[state(hub)].append(sep.start)
             entries[hub] = sep.end
-        copy = b.copy(items[i], moves[i])
+        copy = b.copy(items[i])
         b.epsilons[entries[hub]].append(copy.start)
         b.epsilons[copy.end].append(state(after))
     for hub in graph.accepting:
