@@ -331,7 +331,8 @@ def _merged_outcomes(*tables) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray]
     width = max(t[0].shape[1] for t in tables)
     padded = [np.pad(t[0], ((0, 0), (0, width - t[0].shape[1])), constant_values=-1) for t in tables]
     rows = np.concatenate([np.column_stack([p, t[1], t[2]]) for p, t in zip(padded, tables)])
-    distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+    _, first, inverse = unique_first_inverse(row_groups(rows))  # np.unique(axis=0) took 0.4 s on loops' outcomes
+    distinct = rows[first]
     bounds = np.cumsum([0, *(len(t[1]) for t in tables)])
     inverse = inverse.reshape(-1)
     merged = (

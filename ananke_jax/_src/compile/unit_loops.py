@@ -278,7 +278,7 @@ def loop_columns(
     after = np.zeros((num_states, len(remainders.token_ids) + 1), np.int64)
     after[:, 0] = np.arange(num_states)
     check_time()
-    entered = np.unique(exit_target[along[base]])
+    entered = np.unique(exit_target[along[np.unique(base)]])
     entered = entered[entered != DEAD]
     if len(remainders.token_ids) and len(entered):
         walk = after_remainders or (lambda states, trie: walk_tokens(trie, transitions, states))
