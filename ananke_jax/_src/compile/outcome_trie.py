@@ -127,7 +127,7 @@ def outcome_tries(
     paths = Paths(pending.shape[1])
     outcome_path = paths.of_rows(terminals, lengths)
     # An outcome's part of a trie: its path and the lookahead its final state needs.
-    _, _, need = unique_first_inverse(row_groups(np.packbits(np.column_stack([pending_free, pending & ~pending_free[:, None]]), axis=1)))
+    need = row_groups(np.packbits(np.column_stack([pending_free, pending & ~pending_free[:, None]]), axis=1))
     outcome_key = unique_first_inverse(outcome_path * (int(need.max(initial=0)) + 1) + need[lexer_after])[2]
     completion_ids: dict[tuple, int] = {}
     completion = [completion_ids.setdefault(tuple(map(tuple, c)), len(completion_ids)) for c in completions]
