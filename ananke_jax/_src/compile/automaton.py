@@ -415,7 +415,8 @@ def subset_construction(builder: NFABuilder, fragment: Fragment) -> tuple[np.nda
     # An empty start kernel (an empty language) still gets its own state 1.
     ids[start] = 1
     order.append(start)
-    rows: list[np.ndarray] = [np.zeros((1, num_classes), np.int64)]
+    rows: list[np.ndarray] = []  # blocks of rows, in order
+    listed: list[list[int]] = [[DEAD] * num_classes]  # the rows since the last block
     i = 1
     while i < len(order):
         check_time()
@@ -423,18 +424,20 @@ def subset_construction(builder: NFABuilder, fragment: Fragment) -> tuple[np.nda
             j = i
             while j < len(order) and j - i < CHECK_EVERY and isinstance(order[j], int):
                 j += 1
-            rows.append(_lone_rows(np.asarray(order[i:j]), inside, copy_rows, copy_offset, single_id, state_id, kernel))
-            i = j
+            rows += [np.asarray(listed, np.int64).reshape(-1, num_classes)]
+            rows += [_lone_rows(np.asarray(order[i:j]), inside, copy_rows, copy_offset, single_id, state_id, kernel)]
+            listed, i = [], j
             continue
         targets: dict[int, list[frozenset[int]]] = {}
         for s in order[i]:
             for c, ts in move(s):
                 targets.setdefault(c, []).append(ts)
-        row = np.zeros((1, num_classes), np.int64)
+        row = [DEAD] * num_classes
         for c, parts in targets.items():
-            row[0, c] = state_id(_union(parts))
-        rows.append(row)
+            row[c] = state_id(_union(parts))
+        listed.append(row)
         i += 1
+    rows.append(np.asarray(listed, np.int64).reshape(-1, num_classes))
     charge_states(len(order), "a DFA")
     accepting = np.array([not isinstance(s, int) and fragment.end in s for s in order])
     return np.concatenate(rows).astype(np.int32), accepting, byte_class
