@@ -475,6 +475,7 @@ def test_number_intervals_and_multiples_match_decimal_arithmetic(integer):
     "schema, keyword, pointer",
     [
         ({"type": "array", "uniqueItems": True}, "uniqueItems", "#"),
+        ({"type": "array", "anyOf": [{"uniqueItems": True}, {"minItems": 3}]}, "uniqueItems", "#"),
         ({"properties": {"a": {"dependentRequired": {"x": ["y"]}}}}, "dependentRequired", "#/properties/a"),
         ({"$ref": "#/$defs/missing"}, "$ref", "#"),
         ({"$ref": "https://example.com/remote.json"}, "$ref", "#"),
@@ -514,6 +515,9 @@ def test_bad_input_is_refused_clearly(sentencepiece_vocab):
     ):
         with pytest.raises(aj.SchemaError, match="cycle"):  # once a RecursionError
             aj.compile_json_schema(schema, sentencepiece_vocab)
+    recursive = {"type": "array", "items": {"$ref": "#/$defs/list"}}  # its exclusion nests inline forever
+    with pytest.raises(aj.SchemaError, match="nested more than"):  # once a RecursionError
+        aj.compile_json_schema({"oneOf": [recursive, {"not": {"$ref": "#/$defs/list"}}], "$defs": {"list": recursive}}, sentencepiece_vocab)
     with pytest.raises(aj.SchemaError, match="whitespace"):
         aj.compile_json_schema({"type": "string"}, sentencepiece_vocab, whitespace="wide")
     with warnings.catch_warnings():

@@ -78,6 +78,8 @@ def json_schema_rules(
         max_string_length=max_string_length,
         placeholder_gaps=placeholder_gaps,
     )
+    if strict:
+        compiler.screen(schema)
     start = compiler.rule("#", 0)
     rules = Rules(start.name, compiler.bodies)
     if rules.bodies[rules.start] == rx.NOTHING:

@@ -54,7 +54,8 @@ class Combinators:
                 pointer=pointer,
             )
         rest = {k: v for k, v in flat.items() if k != ANY_OF}
-        for combo in itertools.product(*flat.get(ANY_OF, [])):
+        choices = [[self.flatten(b, pointer) for b in alternatives] for alternatives in flat.get(ANY_OF, [])]
+        for combo in itertools.product(*choices):
             merged = self.merge([rest, *combo], pointer)
             if merged is not False:
                 yield from self.branches(merged, pointer, nesting + 1) if ANY_OF in merged else [merged]
@@ -95,7 +96,8 @@ class Combinators:
         try:
             flat = [self.flatten(b, child(pointer, "oneOf", i), seen) for i, b in enumerate(branches)]
         except Cycle:
-            warnings.warn(f"'oneOf' at {pointer} is compiled as 'anyOf': a branch refers back to it", stacklevel=5)
+            if not self._screening:
+                warnings.warn(f"'oneOf' at {pointer} is compiled as 'anyOf': a branch refers back to it", stacklevel=5)
             return [*branches]
         out = []
         for i, b in enumerate(branches):

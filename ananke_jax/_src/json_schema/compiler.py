@@ -30,9 +30,12 @@ from ananke_jax._src.json_schema.objects import Objects
 from ananke_jax._src.json_schema.refs import Resolver
 from ananke_jax._src.json_schema.rules import Ref
 from ananke_jax._src.json_schema.scalars import Scalars
+from ananke_jax._src.json_schema.screening import Screening
+
+MAX_NESTING = 100  # values inside values; recursion through rules stops far earlier
 
 
-class SchemaCompiler(Combinators, Negation, Scalars, Arrays, Objects):
+class SchemaCompiler(Combinators, Negation, Scalars, Arrays, Objects, Screening):
     """Translates one schema document; use `ananke_jax._src.json_schema.api.json_schema_rules`."""
 
     def __init__(
@@ -61,6 +64,7 @@ class SchemaCompiler(Combinators, Negation, Scalars, Arrays, Objects):
         self._key_patterns: dict[str, ByteDFA] = {}
         self._negating = 0  # nesting of the differences being compiled
         self._scalar_languages: dict[tuple, rx.Node] = {}  # `Negation.scalar_language`, by schema
+        self._screening = False  # `Screening.screen` is walking: its warnings come again later
 
     # --- rules -------------------------------------------------------------------------------
 
@@ -91,8 +95,14 @@ class SchemaCompiler(Combinators, Negation, Scalars, Arrays, Objects):
 
         Raises:
           SchemaError: among others, a `BudgetError` met while compiling it, with ``pointer``
-            (the innermost subschema's, as each level turns it into a `SchemaError`).
+            (the innermost subschema's, as each level turns it into a `SchemaError`), and values
+            nested more than `MAX_NESTING` deep.
         """
+        if depth > max(MAX_NESTING, self.max_depth):
+            raise SchemaError(
+                f"values nested more than {MAX_NESTING} deep (a recursion that never reaches a bare $ref, as through 'not' or 'oneOf')",
+                pointer=pointer,
+            )
         try:
             return self._value(schema, pointer, depth)
         except BudgetError as e:

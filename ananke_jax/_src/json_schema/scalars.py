@@ -91,12 +91,18 @@ class Scalars:
     def string_body(self, s: dict, pointer: str) -> rx.Node:
         """The insides of the strings ``s`` allows (``pattern``, ``format``, length bounds)."""
         values = [pattern_node(p, pointer=pointer) for p in as_list(s.get("pattern", []))]
+        values += self.formats(s, pointer)
+        lo = max(counts(s, "minLength", pointer) or [0])
+        his = counts(s, "maxLength", pointer)
+        return strings.string_body(lo, min(his) if his else None, values, self.max_string_length)
+
+    def formats(self, s: dict, pointer: str) -> list[rx.Node]:
+        """The string languages of the formats ``s`` names (unknown ones are `unsupported`)."""
+        known = []
         for f in as_list(s.get("format", [])):
             node = format_node(f)
             if node is None:
                 self.unsupported("format", f"unknown format {f!r}", pointer)
             else:
-                values.append(node)
-        lo = max(counts(s, "minLength", pointer) or [0])
-        his = counts(s, "maxLength", pointer)
-        return strings.string_body(lo, min(his) if his else None, values, self.max_string_length)
+                known.append(node)
+        return known
