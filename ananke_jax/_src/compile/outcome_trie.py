@@ -159,12 +159,11 @@ def _tries(paths, outcome_path, state_outcomes, lexer_after, pending, pending_fr
     parent, column, depth = (np.asarray(x, np.int64) for x in (paths.parent, paths.column, paths.depth))
     key = lambda q, path: q.astype(np.int64) * len(parent) + path
     keys = sorted_unique(np.concatenate([key(pair_q, end_path), key(pair_q[look_pair], look_path), key(final_q, final_path)]))
-    keys = keys[keys % len(parent) > 0]
-    frontier = keys
-    while len(frontier := frontier[parent[frontier % len(parent)] > 0]):
-        frontier = sorted_unique(key(frontier // len(parent), parent[frontier % len(parent)]))
-        frontier = frontier[~np.isin(frontier, keys, assume_unique=True)]
-        keys = np.union1d(keys, frontier)
+    frontier = keys[keys % len(parent) > 0]
+    levels = [frontier]
+    while len(frontier := frontier[parent[frontier % len(parent)] > 0]):  # one level up each time
+        levels.append(frontier := sorted_unique(key(frontier // len(parent), parent[frontier % len(parent)])))
+    keys = sorted_unique(np.concatenate(levels))
     node_q, node_path = keys // len(parent), keys % len(parent)
     order = np.lexsort((node_path, depth[node_path], node_q))
     first_of_state = np.searchsorted(node_q[order], np.arange(num_states + 1))
