@@ -12,6 +12,7 @@ import regex as regex_module
 
 import ananke_jax as aj
 from ananke_jax._src.compile import token_table
+from ananke_jax._src.compile.arrays import unique_inverse
 from ananke_jax._src.compile.regex import regex_to_dfa
 
 from oracles import REGEXES, ReferenceMasks, random_member, unpack
@@ -282,3 +283,40 @@ def test_repr_reports_states_classes_and_table_bytes(sentencepiece_vocab):
     cg = aj.compile_regex(r"\d{4}-\d{2}-\d{2}", sentencepiece_vocab)
     text = repr(cg)
     assert "states=13" in text and f"table_bytes={cg.table_bytes:,}" in text and "classes=" in text
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_unique_inverse_matches_numpy_with_and_without_the_table(seed):
+    rng = np.random.default_rng(seed)
+    for high in (5, 300, 10**9):  # a small range takes the table, a large one the sort
+        keys = rng.integers(0, high, rng.integers(1, 2000))
+        distinct, inverse = unique_inverse(keys)
+        expected, expected_inverse = np.unique(keys, return_inverse=True)
+        np.testing.assert_array_equal(distinct, expected)
+        np.testing.assert_array_equal(inverse, expected_inverse)
+
+
+def test_spellings_are_shared_by_automata_with_the_same_byte_classes_and_spell_every_token(sentencepiece_vocab):
+    """Two automata whose bytes fall into the same classes (numbered apart) share one cached
+    spelling; running each over a token's class string lands where its bytes do."""
+    first, second = (regex_to_dfa(p).transitions for p in ("[a-c]+x[0-9]*", "x*[0-9][a-c]?"))
+    spelled = [token_table.spell_tokens(t, sentencepiece_vocab) for t in (first, second)]
+    assert spelled[0].trie is spelled[1].trie and spelled[0].spelling is spelled[1].spelling
+    trie = spelled[0].trie
+    parent = np.concatenate([[-1], *trie.parents])
+    label = np.concatenate([[0], *trie.labels])
+    rng = np.random.default_rng(0)
+    for i in rng.choice(len(spelled[0].token_ids), 300, replace=False):
+        node, classes = int(trie.token_nodes[spelled[0].spelling[i]]), []
+        while node > 0:
+            classes.append(int(label[node]))
+            node = int(parent[node])
+        token = sentencepiece_vocab.tokens[spelled[0].token_ids[i]]
+        for transitions, spelling in zip((first, second), spelled):
+            for state in range(len(transitions)):
+                by_bytes, by_classes = state, state
+                for byte in token:
+                    by_bytes = transitions[by_bytes, byte]
+                for c in reversed(classes):
+                    by_classes = spelling.transitions[by_classes, c]
+                assert by_bytes == by_classes, (token, state)

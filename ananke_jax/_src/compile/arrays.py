@@ -34,6 +34,17 @@ def unique_first_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     return ordered[first], order[first], inverse
 
 
+def unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` of a 1-D array of non-negative integers: by a
+    table of the key range where that is small next to the keys (no sort), else by a sort."""
+    if not len(keys) or keys.max() >= 4 * len(keys) + 1024:
+        distinct, _, inverse = unique_first_inverse(keys)
+        return distinct, inverse
+    present = np.zeros(int(keys.max()) + 1, bool)
+    present[keys] = True
+    return np.flatnonzero(present), (np.cumsum(present) - 1)[keys]
+
+
 def concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """int64[sum(lengths)]: ``starts[i] + arange(lengths[i])`` for every i, concatenated."""
     ends = np.cumsum(lengths)

@@ -22,7 +22,7 @@ from ananke_jax._src.compile.arrays import (
     padded_groups,
     run_starts,
     sorted_unique,
-    unique_first_inverse,
+    unique_inverse,
 )
 from ananke_jax._src.compile.automaton import DEAD
 from ananke_jax._src.compile.budget import check_time
@@ -183,7 +183,7 @@ def walk_outcomes(
             child = np.flatnonzero(function_of_parent >= 0)
             if not len(child):
                 break
-            steps, _, step_of_child = unique_first_inverse(function_of_parent[child] * alphabet + labels[child])
+            steps, step_of_child = unique_inverse(function_of_parent[child] * alphabet + labels[child])
             keys = step(rows, steps // alphabet, steps % alphabet)
             # Steps with equal rows are one function of this level.
             starts = np.flatnonzero(run_starts(keys >> top_shift))

@@ -10,6 +10,7 @@ gather.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -312,13 +313,27 @@ class Spelling:
 
 
 def spell_tokens(transitions: np.ndarray, vocab: Vocabulary) -> Spelling:
-    """Rewrite the ordinary tokens of ``vocab`` over the byte classes of ``transitions`` [S, 256].
+    """Rewrite the ordinary tokens of ``vocab`` over the byte classes of ``transitions`` [S, 256]
+    (classes numbered by their lowest byte: automata with the same classes share the spelling,
+    cached per vocabulary)."""
+    byte_class, first_byte = byte_classes(transitions)
+    order = np.argsort(first_byte)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    trie, spelling = _class_spelling(vocab, rank[byte_class].astype(np.uint8).tobytes())
+    return Spelling(transitions[:, first_byte[order]], trie, vocabulary_trie(vocab).token_ids.astype(np.int64), spelling)
+
+
+@functools.lru_cache(maxsize=8)
+def _class_spelling(vocab: Vocabulary, partition: bytes) -> tuple[TokenTrie, np.ndarray]:
+    """The prefix tree of the class strings of ``vocab``'s ordinary tokens and the string of
+    each, for the byte classes ``partition`` (uint8[256] as bytes, the class of each byte).
 
     The vocabulary's byte prefix tree (cached) has its edges relabelled by class, and the
     children of a node that get the same label are merged, level by level.
     """
-    byte_class, first_byte = byte_classes(transitions)
-    num_classes = len(first_byte)
+    byte_class = np.frombuffer(partition, np.uint8).astype(np.int64)
+    num_classes = int(byte_class.max()) + 1
     raw = vocabulary_trie(vocab)
     node_of = np.zeros(raw.num_nodes, np.int64)  # the class-string node of each byte-trie node
     parents, labels = [], []
@@ -332,7 +347,9 @@ def spell_tokens(transitions: np.ndarray, vocab: Vocabulary) -> Spelling:
         raw_first, first = raw_first + len(keys), first + len(distinct)
     nodes, _, spelling = unique_first_inverse(node_of[raw.token_nodes])
     trie = TokenTrie(tuple(parents), tuple(labels), np.arange(len(nodes), dtype=np.int32), nodes.astype(np.int32))
-    return Spelling(transitions[:, first_byte], trie, raw.token_ids.astype(np.int64), spelling)
+    for array in (*parents, *labels, trie.token_ids, trie.token_nodes, spelling):
+        array.flags.writeable = False  # shared by every compile with these classes
+    return trie, spelling
 
 
 @dataclasses.dataclass(frozen=True)
