@@ -494,6 +494,9 @@ def minimise(class_table: np.ndarray, accepting: np.ndarray, *, start: int, byte
     return ByteDFA(table[:, byte_class].astype(np.int32), dfa_accepting, int(block[start]))
 
 
+_BLOCK_ROWS = 2048  # rows of a transition table taken at a time by `byte_classes`
+
+
 def byte_classes(transitions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The bytes that act alike in every state of ``transitions`` [S, 256] (stack several
     automata to share classes): int64[256], the class of each byte, and int64[K], one byte of
@@ -503,12 +506,13 @@ def byte_classes(transitions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     are exact) and then checked equal to their class's first column; a collision falls back to
     sorting the columns.
     """
-    columns = np.ascontiguousarray(transitions.T)
     bound = 2.0**52 / (len(transitions) * max(int(transitions.max(initial=0)), 1))
     weights = np.floor(hash_multipliers(len(transitions))[0] / 2.0**64 * bound) + 1
-    _, first_byte, byte_class = unique_first_inverse(columns @ weights)
-    if (columns != columns[first_byte[byte_class]]).any():
-        byte_class = row_groups(columns)
+    blocks = [slice(i, i + _BLOCK_ROWS) for i in range(0, len(transitions), _BLOCK_ROWS)]  # in cache
+    _, first_byte, byte_class = unique_first_inverse(sum(weights[b] @ transitions[b] for b in blocks))
+    first = first_byte[byte_class]
+    if any((transitions[b] != np.take(transitions[b], first, axis=1)).any() for b in blocks):
+        byte_class = row_groups(np.ascontiguousarray(transitions.T))
         first_byte = np.zeros(int(byte_class.max()) + 1, np.int64)
         first_byte[byte_class[::-1]] = np.arange(len(byte_class) - 1, -1, -1)
     return byte_class, first_byte
