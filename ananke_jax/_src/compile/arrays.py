@@ -37,10 +37,11 @@ def unique_first_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 def unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(keys, return_inverse=True)`` of a 1-D array of non-negative integers: by a
     table of the key range where that is small next to the keys (no sort), else by a sort."""
-    if not len(keys) or keys.max() >= 4 * len(keys) + 1024:
+    high = int(keys.max(initial=0))
+    if high >= 4 * len(keys) + 1024:
         distinct, _, inverse = unique_first_inverse(keys)
         return distinct, inverse
-    present = np.zeros(int(keys.max()) + 1, bool)
+    present = np.zeros(high + 1, bool)
     present[keys] = True
     return np.flatnonzero(present), (np.cumsum(present) - 1)[keys]
 

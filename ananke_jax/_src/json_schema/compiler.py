@@ -72,11 +72,16 @@ class SchemaCompiler(Combinators, Negation, Scalars, Arrays, Objects, Screening)
         """A `Ref` to the rule for the schema at ``pointer`` (compiled on first use)."""
         if self.layout.depth_dependent and depth > self.max_depth:
             return rx.NOTHING
-        name = pointer if not self.layout.depth_dependent else f"{pointer}@{depth}"
+        name = self.rule_name(pointer, depth)
         if name not in self.bodies:
             self.bodies[name] = None  # reserved: references from inside the body resolve to it
             self.bodies[name] = self.value(self.resolver.get(pointer), pointer, depth)
         return Ref(name)
+
+    def rule_name(self, pointer: str, depth: int) -> str:
+        """The name of the rule of the schema at ``pointer`` reached at nesting ``depth`` (one
+        per depth where the layout depends on it)."""
+        return pointer if not self.layout.depth_dependent else f"{pointer}@{depth}"
 
     def any_value(self, depth: int) -> rx.Node:
         """A `Ref` to the rule of any JSON value."""

@@ -24,7 +24,8 @@ MAX_SCREENED = 10_000  # subschemas visited before the walk leaves the rest to t
 
 class Screening:
     """The method of `SchemaCompiler` that screens a schema for strict refusals (it uses its
-    resolver, `flatten`, `branches`, `items`, `additional`, `key_schemas` and `formats`)."""
+    resolver, `rule_name`, `flatten`, `branches`, `items`, `additional`, `key_schemas` and
+    `formats`)."""
 
     def screen(self, schema) -> None:
         """Raise the `SchemaError` that compiling the root ``schema`` with ``strict=True`` would
@@ -47,7 +48,7 @@ class Screening:
             return
         if set(schema) & ASSERTIONS == {"$ref"}:  # a rule of its own, screened once
             target = self.resolver.resolve(schema["$ref"], pointer)
-            rule = (target, depth if self.layout.depth_dependent else 0)
+            rule = self.rule_name(target, depth)
             if rule not in walk.rules:
                 walk.rules.add(rule)
                 self._screen(self.resolver.get(target), target, depth, walk)
@@ -97,7 +98,8 @@ class Screening:
 
 @dataclasses.dataclass
 class _Walk:
-    """Where a screening walk is: the rules (pointer, depth) screened, and the visits so far."""
+    """Where a screening walk is: the rules screened (by `SchemaCompiler.rule_name`), and the
+    visits so far."""
 
     rules: set = dataclasses.field(default_factory=set)
     visits: int = 0
