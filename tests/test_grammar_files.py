@@ -61,7 +61,7 @@ def test_full_masks_match_earley_on_random_reachable_states(case):
     name, vocab, encode, cg, earley = case
     rng = np.random.default_rng(7)
     prefixes = example_prefixes(GRAMMAR_EXAMPLES[name], encode, rng, 3)
-    assert random_walk_check(cg, earley, vocab, rng, walks=6, steps=6, prefixes=prefixes)[0] >= 18
+    assert random_walk_check(cg, earley, vocab, rng, walks=4, steps=6, prefixes=prefixes)[0] >= 12
 
 
 @pytest.mark.slow

@@ -105,7 +105,7 @@ def test_recursive_schemas_round_trip_through_the_pushdown_engine(name, real_voc
     assert isinstance(cg, aj.PushdownGrammar) and "pushdown" in repr(cg)
     run = jax.jit(lambda key: _generate(cg, vocab, key))
     finished = 0
-    for seed in range(3):
+    for seed in range(2):
         tokens, done, state = run(jax.random.key(seed))
         assert not bool(aj.is_error(cg, state))
         if bool(done):
@@ -188,7 +188,7 @@ def test_strings_stepped_as_unit_loops_allow_what_spelled_strings_allow(name, re
     rules = json_schema_rules(LOOPED[name])
     looped, spelled = (to_grammar(rules, recursive_rules(rules), compiling=units) for units in (True, False))
     assert any(t.units is not None for t in looped.terminals) and not any(t.units is not None for t in spelled.terminals)
-    _assert_walks_alike(aj.compile_grammar(looped, vocab), aj.compile_grammar(spelled, vocab), vocab, seed=3, walks=8, steps=60)
+    _assert_walks_alike(aj.compile_grammar(looped, vocab), aj.compile_grammar(spelled, vocab), vocab, seed=3, walks=5, steps=60)
 
 
 def test_a_lexer_that_cannot_keep_string_loops_spells_them_out(sentencepiece_vocab):
