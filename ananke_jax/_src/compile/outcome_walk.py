@@ -129,10 +129,10 @@ def walk_outcomes(
     state_mask, seq_mask = (1 << q_bits) - 1, (1 << lex_shift) - 1
     row_mask = (1 << top_shift) - 1
 
-    def step(rows: np.ndarray, function: np.ndarray, label: np.ndarray) -> np.ndarray:
-        """The sorted rows of each step s (``label[s]`` read by the rows of ``function[s]``)."""
-        lo = np.searchsorted(rows, function << top_shift)
-        hi = np.searchsorted(rows, (function + 1) << top_shift)
+    def step(rows: np.ndarray, offsets: np.ndarray, function: np.ndarray, label: np.ndarray) -> np.ndarray:
+        """The sorted rows of each step s (``label[s]`` read by the rows of ``function[s]``, those
+        of function f being ``rows[offsets[f] : offsets[f + 1]]``)."""
+        lo, hi = offsets[function], offsets[function + 1]
         level = []
         for part in balanced_slices(hi - lo, CHUNK_ROWS):  # a deadline check per slice of a level's rows
             check_time()
@@ -175,6 +175,7 @@ def walk_outcomes(
         """The column of each string id and the rows that end strings, walked from the states
         ``live``; raises `_FrontierOverflow` when a level would hold over `MAX_FRONTIER` rows."""
         rows = (live << q_shift) | (live << lex_shift)  # function 0, of the root
+        offsets = np.array([0, len(rows)])  # of each function's rows
         node_function = np.zeros(1, np.int64)  # of the previous level's nodes (-1: dead)
         string_column, ends, num_columns = np.full(num_ids, -1, np.int64), [], 0
         first, offset = 0, 1  # the ids of the previous level's first node and of this level's
@@ -184,7 +185,7 @@ def walk_outcomes(
             if not len(child):
                 break
             steps, step_of_child = unique_inverse(function_of_parent[child] * alphabet + labels[child])
-            keys = step(rows, steps // alphabet, steps % alphabet)
+            keys = step(rows, offsets, steps // alphabet, steps % alphabet)
             # Steps with equal rows are one function of this level.
             starts = np.flatnonzero(run_starts(keys >> top_shift))
             hashes = (
@@ -196,6 +197,7 @@ def walk_outcomes(
             function_of_step = np.full(len(steps), -1, np.int64)
             function_of_step[keys[starts] >> top_shift] = function_of_live
             sizes = np.diff(np.append(starts, len(keys)))[representative]
+            offsets = np.concatenate([[0], np.cumsum(sizes)])
             rows = (np.repeat(np.arange(len(representative)), sizes) << top_shift) | (
                 keys[concatenated_ranges(starts[representative], sizes)] & row_mask
             )
@@ -207,7 +209,7 @@ def walk_outcomes(
             if len(ending):
                 used, rank = np.unique(node_function[ending], return_inverse=True)
                 string_column[strings[ending]] = num_columns + rank.reshape(-1)
-                lo, hi = np.searchsorted(rows, used << top_shift), np.searchsorted(rows, (used + 1) << top_shift)
+                lo, hi = offsets[used], offsets[used + 1]
                 column = np.repeat(num_columns + np.arange(len(used)), hi - lo)
                 ends.append((column << top_shift) | (rows[concatenated_ranges(lo, hi - lo)] & row_mask))
                 num_columns += len(used)
