@@ -128,7 +128,7 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
     keys = q * len(lengths) + outcome
     pairs = sorted_unique(keys)
     state_q, state_outcome = pairs // len(lengths), pairs % len(lengths)
-    local = np.searchsorted(pairs, keys) - np.searchsorted(state_q, q)
+    local = np.searchsorted(pairs, keys) - np.searchsorted(state_q, np.arange(lexer.num_states))[q]
     check_time()
     group_q, group_column, set_of_group, set_members = _outcome_sets(q, column, local)
     check_time()
