@@ -119,9 +119,9 @@ def walk_outcomes(
     sequences = Paths(len(cuts.follow))  # the LR columns an outcome completes so far
     alphabet = transitions.shape[1]
 
-    # Rows (function, source state, lexer state, sequence) packed into sorted int64 keys, the
-    # function most significant: the rows of a function are contiguous. While a level is stepped
-    # the top field is a step (a function and a label); at the ends, a column.
+    # Rows (source state, lexer state, sequence) packed into int64 keys; a level's rows are kept
+    # function by function, each function's sorted (`offsets` bound them). While a level is
+    # stepped the top field is a step (a function and a label); at the ends, a column.
     q_bits = max(1, (lexer.num_states - 1).bit_length())
     top_shift = 63 - max(1, trie.num_nodes.bit_length())
     q_shift = top_shift - q_bits
@@ -174,7 +174,7 @@ def walk_outcomes(
     def walk_from(live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The column of each string id and the rows that end strings, walked from the states
         ``live``; raises `_FrontierOverflow` when a level would hold over `MAX_FRONTIER` rows."""
-        rows = (live << q_shift) | (live << lex_shift)  # function 0, of the root
+        rows = (live << q_shift) | (live << lex_shift)  # those of the root's function
         offsets = np.array([0, len(rows)])  # of each function's rows
         node_function = np.zeros(1, np.int64)  # of the previous level's nodes (-1: dead)
         string_column, ends, num_columns = np.full(num_ids, -1, np.int64), [], 0
@@ -198,9 +198,7 @@ def walk_outcomes(
             function_of_step[keys[starts] >> top_shift] = function_of_live
             sizes = np.diff(np.append(starts, len(keys)))[representative]
             offsets = np.concatenate([[0], np.cumsum(sizes)])
-            rows = (np.repeat(np.arange(len(representative)), sizes) << top_shift) | (
-                keys[concatenated_ranges(starts[representative], sizes)] & row_mask
-            )
+            rows = keys[concatenated_ranges(starts[representative], sizes)] & row_mask
             node_function = np.full(len(parents), -1, np.int64)
             node_function[child] = function_of_step[step_of_child]
             # The strings that end at this level: a new column per function of theirs.
@@ -211,7 +209,7 @@ def walk_outcomes(
                 string_column[strings[ending]] = num_columns + rank.reshape(-1)
                 lo, hi = offsets[used], offsets[used + 1]
                 column = np.repeat(num_columns + np.arange(len(used)), hi - lo)
-                ends.append((column << top_shift) | (rows[concatenated_ranges(lo, hi - lo)] & row_mask))
+                ends.append((column << top_shift) | rows[concatenated_ranges(lo, hi - lo)])
                 num_columns += len(used)
             first, offset = offset, offset + len(parents)
         return string_column, np.concatenate(ends) if ends else np.zeros(0, np.int64)
