@@ -47,7 +47,8 @@ def test_generate_with_a_regex_checks_every_row():
 def test_generate_with_a_schema_and_a_grammar(tmp_path):
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
     (tmp_path / "s.json").write_text(json.dumps(schema))
-    run = _cli("generate", "--model", "tiny", "--schema", str(tmp_path / "s.json"), "--max-tokens", "24", "--temperature", "0")
+    # At most 4 whitespace runs of 24 bytes and `{"ok":false}`: 108 bytes, room for any model.
+    run = _cli("generate", "--model", "tiny", "--schema", str(tmp_path / "s.json"), "--max-tokens", "109", "--temperature", "0")
     assert run.returncode == 0, run.stdout + run.stderr
     assert [json.loads(text) for text, _ in _outputs(run.stdout)] in ([{"ok": True}], [{"ok": False}])
     assert "acceleration: speculative (auto)" in run.stdout and re.search(r"speculative: \d+/\d+ draft tokens accepted", run.stdout)

@@ -108,7 +108,7 @@ def test_vmap_over_requests_equals_batch(tiny_params, tiny_step):
     caches = jax.tree.map(lambda x: jnp.broadcast_to(x, (3, *x.shape)), init_cache(TINY, 1, MAX_LEN))
     mapped, mapped_cache = jax.vmap(tiny_step, in_axes=(None, 0, 0, 0))(tiny_params, caches, tokens[:, None], positions[:, None])
     np.testing.assert_allclose(mapped[:, 0], batched, atol=1e-5, rtol=1e-5)
-    np.testing.assert_allclose(mapped_cache[0].keys[:, 0], batched_cache[0].keys, atol=1e-6)
+    np.testing.assert_allclose(mapped_cache.keys[:, 0], batched_cache.keys, atol=1e-6)
 
 
 def test_positions_past_the_cache_are_not_stored(tiny_params, tiny_step):
@@ -116,7 +116,7 @@ def test_positions_past_the_cache_are_not_stored(tiny_params, tiny_step):
     for position in (MAX_LEN, MAX_LEN + 7):
         logits, cache = run(tiny_step, tiny_params, cache, [[5]], [[position]])
         assert logits.shape == (1, 1, TINY.vocab_size)
-    assert not any(jnp.any(layer.keys != 0) or jnp.any(layer.values != 0) for layer in cache)
+    assert not jnp.any(cache.keys != 0) and not jnp.any(cache.values != 0)
 
 
 # --------------------------------------------------------------------------- weight files
@@ -131,14 +131,15 @@ def file_tensors(config: LlamaConfig, params, fmt: str) -> dict[str, np.ndarray]
     """The tensors a converter writes for ``params``: ``[out, in]`` weights, GGUF Q/K permuted."""
     flat = traverse_util.flatten_dict(params, sep="/")
     tensors = {}
-    for path, name in tensor_names(config, fmt).items():
-        tensor = np.asarray(flat[path])
-        tensor = tensor.T if path.endswith("kernel") else tensor
-        if fmt == "gguf" and path.endswith("attn/q/kernel"):
-            tensor = converter_permute(tensor, config.heads)
-        elif fmt == "gguf" and path.endswith("attn/k/kernel"):
-            tensor = converter_permute(tensor, config.kv_heads)
-        tensors[name] = np.ascontiguousarray(tensor)
+    for path, names in tensor_names(config, fmt).items():
+        stacked = np.asarray(flat[path]) if path.startswith("layers/") else np.asarray(flat[path])[None]
+        for name, tensor in zip(names, stacked, strict=True):
+            tensor = tensor.T if path.endswith("kernel") else tensor
+            if fmt == "gguf" and path.endswith("attn/q/kernel"):
+                tensor = converter_permute(tensor, config.heads)
+            elif fmt == "gguf" and path.endswith("attn/k/kernel"):
+                tensor = converter_permute(tensor, config.kv_heads)
+            tensors[name] = np.ascontiguousarray(tensor)
     return tensors
 
 
@@ -213,7 +214,7 @@ def test_weights_round_trip(tmp_path, tiny_params, fmt, tied):
 def test_missing_and_misshaped_tensors_are_named(tmp_path, tiny_params, fmt):
     tensors = file_tensors(TINY, tiny_params, fmt)
     names = tensor_names(TINY, fmt)
-    missing, misshaped = names["layers_1/ffn/up/kernel"], names["layers_0/attn/k/kernel"]
+    missing, misshaped = names["layers/ffn/up/kernel"][1], names["layers/attn/k/kernel"][0]
     del tensors[missing]
     tensors[misshaped] = tensors[misshaped][:-1]
     path = write_weights(tmp_path, fmt, TINY, tensors)

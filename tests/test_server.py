@@ -179,7 +179,7 @@ def test_tools_under_each_tool_choice(client, choice):
     tool_choice = {"type": "function", "function": {"name": "get_time"}} if choice == "named" else choice
     reply = _chat(
         client, "What is the weather in Paris?", tools=[WEATHER, TIME], tool_choice=tool_choice, max_tokens=150, seed=5,
-        extra_body={"structured_outputs": COMPACT},
+        parallel_tool_calls=choice != "required", extra_body={"structured_outputs": COMPACT},
     )  # fmt: skip
     message, finish = reply.choices[0].message, reply.choices[0].finish_reason
     calls = message.tool_calls or []
@@ -189,6 +189,7 @@ def test_tools_under_each_tool_choice(client, choice):
         assert not calls and finish in ("stop", "length")
     elif choice in ("required", "named"):
         assert finish == "tool_calls" and calls and message.content is None, message
+        assert choice != "required" or len(calls) == 1  # parallel_tool_calls=False
         if choice == "named":
             assert [c.function.name for c in calls] == ["get_time"]
     else:
