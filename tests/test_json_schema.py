@@ -15,10 +15,11 @@ import pytest
 from lark import Lark
 
 import ananke_jax as aj
+from ananke_jax._src.compile import automaton, cfg, token_table
 from ananke_jax._src.compile import regex_ast as rx
-from ananke_jax._src.compile import token_table
 from ananke_jax._src.compile.cfg import _lexer_with_loops
 from ananke_jax._src.compile.lexer import without_empty_terminals
+from ananke_jax._src.compile.lookaround import MARKER_BYTES
 from ananke_jax._src.compile.token_table import token_columns
 from ananke_jax._src.compile.token_trie import single_group, vocabulary_trie
 from ananke_jax._src.compile.unit_loops import expand_unit_loops, loop_columns
@@ -26,7 +27,8 @@ from ananke_jax._src.ir import Rule, TerminalDef
 from ananke_jax._src.json_schema import numbers, strings
 from ananke_jax._src.json_schema.api import compile_in_pieces, json_schema_rules
 from ananke_jax._src.json_schema.assemble import inline, recursive_rules, to_grammar
-from ananke_jax._src.json_schema.gaps import MAX_WHITESPACE_RUN, expand_gaps, with_bounded_gaps
+from ananke_jax._src.json_schema.ecma_regex import pattern_node
+from ananke_jax._src.json_schema.gaps import GAP_BYTE, MAX_WHITESPACE_RUN, expand_gaps, with_bounded_gaps
 
 from earley import EarleyRecogniser
 from json_schemas import EXAMPLES, RECURSIVE, REGULAR
@@ -174,21 +176,43 @@ LOOPED = {
         "additionalProperties": {"type": "string", "maxLength": 5},
     },
     "any_value": {},
+    # Strings of one set of code points under length bounds loop as that set's characters: the
+    # longest class's, beside free strings and another class (spelled out, one unit for two).
+    "class_bounded_strings": {
+        "type": "object",
+        "properties": {
+            "arn": {"type": "string", "pattern": "^[^\\s]+$", "minLength": 3, "maxLength": 30},
+            "slug": {"type": "string", "pattern": "^[a-z0-9-]*$", "maxLength": 12},
+            "tag": {"type": "string", "pattern": "^([a-z0-9-])+$", "maxLength": 8},
+            "next": {"$ref": "#"},
+        },
+        "additionalProperties": {"type": "string", "maxLength": 2},
+    },
 }
 
 
 @pytest.mark.parametrize("name", sorted(LOOPED))
-def test_strings_stepped_as_unit_loops_allow_what_spelled_strings_allow(name, real_vocab):
+def test_strings_stepped_as_unit_loops_allow_what_spelled_strings_allow(name, real_vocab, monkeypatch):
     """The pushdown engine's lexer reads the characters of free and length-bounded strings (and
-    of strings whose pattern every string matches) as loops whose token outcomes come once per
-    vocabulary. Whole masks, EOS included, equal those of the lexer with every string spelled
-    out, along random walks (random tokens mostly stay inside strings, so walks reach their
-    length bounds)."""
+    of strings whose pattern every string matches, or that repeat one set of code points) as
+    loops whose token outcomes come once per vocabulary. Whole masks, EOS included, equal those
+    of the lexer with every string spelled out, along random walks (random tokens mostly stay
+    inside strings, so walks reach their length bounds)."""
     _, vocab, _ = real_vocab
     rules = json_schema_rules(LOOPED[name])
     looped, spelled = (to_grammar(rules, recursive_rules(rules), compiling=units) for units in (True, False))
     assert any(t.units is not None for t in looped.terminals) and not any(t.units is not None for t in spelled.terminals)
-    _assert_walks_alike(aj.compile_grammar(looped, vocab), aj.compile_grammar(spelled, vocab), vocab, seed=3, walks=5, steps=60)
+    languages, loop_outcomes = [], cfg._loop_outcomes
+    monkeypatch.setattr(
+        cfg, "_loop_outcomes", lambda lexer, loops, *rest: languages.append(loops.language) or loop_outcomes(lexer, loops, *rest)
+    )
+    cg = aj.compile_grammar(looped, vocab)
+    if name == "class_bounded_strings":  # arn's characters: no whitespace, and more than [a-z0-9-]
+        (language,) = languages
+        assert language.dfa.accepts('A\\"é'.encode()) and not language.dfa.accepts(b" ")
+    else:
+        assert languages == [strings.string_units()]
+    _assert_walks_alike(cg, aj.compile_grammar(spelled, vocab), vocab, seed=3, walks=5, steps=60)
 
 
 def test_a_lexer_that_cannot_keep_string_loops_spells_them_out(sentencepiece_vocab):
@@ -424,13 +448,19 @@ def test_many_optional_properties_compile_and_match_jsonschema(bounds):
 
 
 def test_grammar_text_is_accepted_by_lark_and_the_gbnf_front_end():
-    for name, schema in [("tree", RECURSIVE["tree"]), ("with_defs", REGULAR["with_defs"])]:
-        value = {"value": 1, "children": [{"value": 2, "children": []}]} if name == "tree" else VALUES["with_defs"][0]
+    slugs = {"type": "object", "properties": {"slug": {"type": "string", "pattern": "^[a-z-]+$", "maxLength": 4}, "next": {"$ref": "#"}}}
+    cases = [
+        (RECURSIVE["tree"], {"value": 1, "children": [{"value": 2, "children": []}]}, {"value": 1, "children": {}}),
+        (REGULAR["with_defs"], VALUES["with_defs"][0], None),
+        (slugs, {"slug": "ab-c", "next": {"slug": "x"}}, {"next": {"slug": "abcde"}}),  # class-bounded strings
+    ]
+    for schema, value, invalid in cases:
         text = json.dumps(value)
         Lark(aj.json_schema_to_lark(schema), start="root", parser="earley", lexer="dynamic").parse(text)
         ir = aj.gbnf_to_ir(aj.json_schema_to_gbnf(schema))
         assert EarleyRecogniser(ir).accepts(text.encode())
-        assert not EarleyRecogniser(ir).accepts(text[:-1].encode())
+        for wrong in [text[:-1], *([json.dumps(invalid)] if invalid else [])]:
+            assert not EarleyRecogniser(ir).accepts(wrong.encode()), wrong
 
 
 def test_automata_too_large_to_print_are_refused_clearly():
@@ -647,3 +677,33 @@ def test_length_bounded_strings_built_directly_equal_their_regex(bounds):
     regex = rx.to_dfa(rx.repeat(strings.CANONICAL_UNIT, *bounds))
     assert rx.difference(direct, regex).start == 0 and rx.difference(regex, direct).start == 0
     assert direct.num_states == regex.num_states
+
+
+def test_strings_of_one_set_of_code_points_share_one_class_unit():
+    """Patterns written differently over one set of code points give one `strings.ClassUnit`
+    node (so that its token outcomes come once per vocabulary), another set another; the
+    unit's language is one code point's canonical spellings, repeated."""
+
+    def unit(pattern: str, bounds=(0, 12)) -> strings.ClassUnit:
+        body = strings.string_body(*bounds, [pattern_node(pattern)])
+        (leaf,) = [leaf for leaf in rx.leaves(body.source) if isinstance(leaf, strings.ClassUnit)]
+        return leaf
+
+    slug = unit("^[a-z0-9-]*$")
+    assert unit("^([-0-9a-z])+$", (2, 20)) is slug and unit("^[a-z0-9]*$") is not slug
+    no_space = unit("^[^\\s]+$").language.dfa
+    assert no_space.accepts('é\\"\\\\A'.encode()) and not no_space.accepts(b" ") and not no_space.accepts(b'"')
+    assert automaton.canonical_form(slug.language.dfa) != automaton.canonical_form(no_space)
+
+
+def test_placeholder_bytes_are_distinct_and_never_utf8():
+    """Each placeholder byte stands for one thing in one automaton (a string's character, a class's
+    character, a whitespace gap, a lookaround marker): none may be another, nor occur in UTF-8."""
+    placeholders = [strings.UNIT_BYTE, strings.CLASS_BYTE, GAP_BYTE, *MARKER_BYTES]
+    assert len(set(placeholders)) == len(placeholders)
+    for byte in placeholders:
+        with pytest.raises(UnicodeDecodeError):
+            bytes([byte]).decode()
+        for lead in (b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98"):  # nor a continuation byte
+            with pytest.raises(UnicodeDecodeError):
+                (lead + bytes([byte])).decode()

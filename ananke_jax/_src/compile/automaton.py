@@ -286,6 +286,21 @@ def _reachable(table: np.ndarray, offset: np.ndarray, sources: np.ndarray) -> np
     return np.flatnonzero(reached)
 
 
+def canonical_form(dfa: ByteDFA) -> bytes:
+    """``dfa``'s transitions and accepting states with its states numbered in breadth-first order
+    from the start (targets in byte order): equal for the minimal DFAs of one language."""
+    number = np.zeros(dfa.num_states, np.int64)  # 0: the dead state, or not reached yet
+    order = [dfa.start] if dfa.start != DEAD else []
+    number[order] = 1
+    for state in order:  # grows while it is read
+        row = dfa.transitions[state]
+        targets = row[np.sort(np.unique(row, return_index=True)[1])]
+        new = [t for t in targets.tolist() if t != DEAD and not number[t]]
+        number[new] = np.arange(len(order) + 1, len(order) + 1 + len(new))
+        order += new
+    return number[dfa.transitions[order]].tobytes() + dfa.accepting[order].tobytes()
+
+
 def is_finite(dfa: ByteDFA) -> bool:
     """Whether ``dfa`` accepts finitely many strings: no cycle through its live states (all but
     the dead one, in a DFA from `minimise`), found by peeling states without live successors."""

@@ -11,6 +11,7 @@ the vocabulary through a prefix tree from all lexer states at once.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 
@@ -175,13 +176,20 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
 def _lexer_with_loops(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDFA], begins: np.ndarray) -> tuple[Lexer, UnitLoops | None]:
     """The lexer (`build_lexer`), the terminals' placeholder units (`TerminalDef.units`) spliced
     in as loops (`unit_loops.expand_unit_loops`), whose states `_loop_outcomes` steps per
-    vocabulary. Where a lexer state reads a unit beside a terminal that begins with one of its
-    bytes, or a terminal ends inside a loop, each terminal's units are spelled out instead."""
-    languages = {t.units for t in terminals if t.units is not None}
+    vocabulary. One language loops, the one whose loops hold the most states (those that read a
+    placeholder, times the live states of a unit); the others' terminals are spelled out. Where
+    a lexer state reads a unit beside a terminal that begins with one of its bytes, or a terminal
+    ends inside a loop, each terminal's units are spelled out instead."""
+    held = collections.Counter()
+    for t in terminals:
+        if t.units is not None:
+            reading = np.count_nonzero(dfas[t.name].transitions[:, t.units.placeholder])
+            held[t.units] += int(reading) * (t.units.dfa.num_states - 1)
+    kept = held.most_common(1)[0][0] if held else None
+    dfas = {t.name: dfas[t.name] if t.units in (None, kept) else expand_unit_loops(dfas[t.name], t.units)[0] for t in terminals}
     lexer = build_lexer(terminals, dfas, begins)
-    if len(languages) == 1:
-        (units,) = languages
-        expanded = expand_unit_loops(ByteDFA(lexer.transitions, lexer.ends.any(axis=1), lexer.start), units)
+    if kept is not None:
+        expanded = expand_unit_loops(ByteDFA(lexer.transitions, lexer.ends.any(axis=1), lexer.start), kept)
         if expanded is not None and expanded[1] is not None:
             dfa, loops = expanded
             charge_states(dfa.num_states, "the lexer (the terminals' product automaton)")
@@ -194,7 +202,7 @@ def _lexer_with_loops(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDF
                 new = completes[lexer.num_states :]
                 ends = np.vstack([lexer.ends, np.zeros((len(new), len(terminals)), bool)])
                 return Lexer(lexer.terminals, dfa.transitions, ends, np.vstack([lexer.alive, lexer.alive[new]]), lexer.starts), loops
-    if not languages:
+    if kept is None:
         return lexer, None
     spelled = {t.name: dfas[t.name] if t.units is None else expand_unit_loops(dfas[t.name], t.units)[0] for t in terminals}
     return build_lexer(terminals, spelled, begins), None

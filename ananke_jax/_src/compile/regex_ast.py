@@ -572,9 +572,15 @@ def _merged(moves: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
 def to_regex(node: Node) -> str:
     """Python regex text of ``node`` (full match); automata and interleavings are first turned
     into trees."""
+    return _regex(_as_tree(node))
+
+
+def _as_tree(node: Node) -> Node:
+    """``node`` with interleavings and automata as trees: an automaton's source (itself made a
+    tree), else its DFA by state elimination."""
     node = rewrite(node, lambda n: Automaton(to_dfa(n)) if isinstance(n, Interleave) else None)
-    printed = lambda leaf: leaf.source or dfa_to_node(leaf.dfa)
-    return _regex(map_leaves(node, lambda leaf: printed(leaf) if isinstance(leaf, Automaton) else leaf))
+    printed = lambda leaf: dfa_to_node(leaf.dfa) if leaf.source is None else _as_tree(leaf.source)
+    return map_leaves(node, lambda leaf: printed(leaf) if isinstance(leaf, Automaton) else leaf)
 
 
 def _regex(node: Node) -> str:

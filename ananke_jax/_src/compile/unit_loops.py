@@ -157,7 +157,7 @@ class TokenOutcomes:
     remainder_trie: TokenTrie
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=32)  # per vocabulary: free strings, and the classes of strings schemas bound
 def token_outcomes(vocab: Vocabulary, language: UnitLanguage) -> TokenOutcomes:
     """The `TokenOutcomes` of ``vocab``'s ordinary tokens for ``language`` (cached): one walk of
     the vocabulary trie from every unit state at once."""

@@ -261,14 +261,19 @@ def _terminal_automaton(node: rx.Node, gap_run: int | None) -> tuple[ByteDFA, Un
 
 
 def _units_automaton(node: rx.Node, expanded: Callable[[ByteDFA], ByteDFA]) -> tuple[ByteDFA, UnitLanguage | None]:
-    units = strings.string_units()
-    dfa = expanded(rx.to_dfa(strings.with_placeholder_units(node)))
-    if dfa.transitions[:, units.placeholder].any():
-        loops = expand_unit_loops(dfa, units)
+    """Free and length-bounded strings as placeholders where ``node`` has such strings, else the
+    strings of one set of code points under length bounds (`strings.with_placeholder_class`);
+    the others, and these where they do not loop, spelled out."""
+    placeheld = strings.with_placeholder_units(node)
+    candidates = [(placeheld, strings.string_units())] if placeheld != node else []
+    if (classes := strings.with_placeholder_class(node)) is not None:
+        candidates.append(classes)
+    for tree, language in candidates:
+        dfa = expanded(rx.to_dfa(tree))
+        loops = expand_unit_loops(dfa, language)
         if loops is not None and loops[1] is not None:
-            return dfa, units
-        dfa = expanded(rx.to_dfa(node))
-    return dfa, None
+            return dfa, language
+    return expanded(rx.to_dfa(node)), None
 
 
 def _has_automaton(node) -> bool:

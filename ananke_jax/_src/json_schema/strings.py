@@ -9,6 +9,8 @@ string with only length bounds, or none, may use any JSON escape.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import functools
 import json
 
@@ -16,7 +18,7 @@ import numpy as np
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile import utf8
-from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, is_finite, minimise
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, canonical_form, is_finite, minimise
 from ananke_jax._src.compile.budget import charge_states
 from ananke_jax._src.compile.unit_loops import UnitLanguage
 
@@ -110,7 +112,7 @@ def _string_body(min_length: int, max_length: int | None, values: tuple[rx.Node,
     if (min_length, max_length) != (0, None):
         if (repeated := _code_points_repeated(dfa)) is not None:
             unit, lo = repeated
-            node = rx.repeat(rx.Automaton(unit), max(min_length, lo), max_length)
+            node = rx.repeat(class_unit(unit), max(min_length, lo), max_length)
             return rx.Automaton(rx.to_dfa(node), source=node)
         dfa = rx.intersect(dfa, _canonical_length_dfa(min_length, max_length))
     return rx.Automaton(dfa) if dfa.start else rx.NOTHING
@@ -215,3 +217,53 @@ def with_placeholder_units(node: rx.Node) -> rx.Node:
     """``node`` with `UNIT` for each `ANY_UNIT` in its tree (free and length-bounded strings;
     automata inside it, already combined with other languages, keep theirs)."""
     return rx.rewrite(node, lambda subtree: UNIT if subtree == ANY_UNIT else None)
+
+
+CLASS_BYTE = 0xC0  # never in UTF-8 text (nor `UNIT_BYTE`, `gaps.GAP_BYTE`): one character of a `ClassUnit`
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ClassUnit(rx.Automaton):
+    """One character from a set of code points (``dfa``: their canonical spellings), as strings
+    of that set under length bounds repeat it (``[^\\s]{1,1024}``); ``language``, its loops, whose
+    placeholder is `CLASS_BYTE`. One node per set (`class_unit`), so that its token outcomes
+    are computed once per vocabulary."""
+
+    language: UnitLanguage | None = None
+
+
+_CLASS_UNITS: dict[bytes, ClassUnit] = {}  # by the unit's canonical form, the latest 64
+
+
+def class_unit(unit: ByteDFA) -> ClassUnit:
+    """The `ClassUnit` of ``unit`` (minimal, of canonical spellings of code points), kept per
+    process: equal sets of code points give one node."""
+    form = canonical_form(unit)
+    if form not in _CLASS_UNITS:
+        if len(_CLASS_UNITS) >= 64:
+            del _CLASS_UNITS[next(iter(_CLASS_UNITS))]
+        language = UnitLanguage(rx.to_dfa(rx.star(rx.Automaton(unit))), exit_byte=ord('"'), placeholder=CLASS_BYTE)
+        _CLASS_UNITS[form] = ClassUnit(unit, language=language)
+    return _CLASS_UNITS[form]
+
+
+def with_placeholder_class(node: rx.Node) -> tuple[rx.Node, UnitLanguage] | None:
+    """``node`` with one `CLASS_BYTE` for each character of its class-bounded strings (automata
+    whose source repeats a `ClassUnit`) of one class, and that class's language; None where it
+    has none. Of several classes, the one whose loops would hold the most states (characters
+    times the states of a character) is chosen; the others stay spelled out."""
+
+    def repeated_unit(subtree) -> ClassUnit | None:
+        source = subtree.source if isinstance(subtree, rx.Automaton) else None
+        return source.body if isinstance(source, rx.Repeat) and isinstance(source.body, ClassUnit) else None
+
+    held = collections.Counter()
+    for leaf in rx.leaves(node):
+        if (unit := repeated_unit(leaf)) is not None:
+            held[unit] += (leaf.source.hi or leaf.source.lo + 1) * (unit.language.dfa.num_states - 1)
+    if not held:
+        return None
+    chosen = held.most_common(1)[0][0]
+    placeholder = rx.single_byte(CLASS_BYTE)
+    tree = rx.rewrite(node, lambda n: rx.repeat(placeholder, n.source.lo, n.source.hi) if repeated_unit(n) is chosen else None)
+    return tree, chosen.language
