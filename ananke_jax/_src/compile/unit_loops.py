@@ -267,22 +267,26 @@ def loop_columns(
     rows, unit_state, base, behind = loops.rows
     num_states, max_units = len(loops.unit_target), int(outcomes.units.max())
     transitions = transitions[:num_states]  # without states appended after the expansion
-    # along[s, u]: the boundary state u units after boundary state s (DEAD: none).
-    along = np.zeros((num_states, max_units + 2), np.int64)
-    along[:, 0] = np.arange(num_states)
+    # along[i, u]: the boundary state u units after the i-th base (DEAD: none).
+    bases, base_index = np.unique(base, return_inverse=True)
+    along = np.zeros((len(bases), max_units + 2), np.int64)
+    along[:, 0] = bases
     for u in range(max_units + 1):
         along[:, u + 1] = loops.unit_target[along[:, u]]
     exit_target = transitions[:, loops.language.exit_byte].astype(np.int64)
-    # after[s, m]: the state after remainder m from state s (m = 0: the empty remainder).
+    # after[i, m]: the state after remainder m (0: the empty one) from the i-th state an exit
+    # enters (row 0: none, DEAD); entry[s]: the row of state s.
     remainders = outcomes.remainder_trie
-    after = np.zeros((num_states, len(remainders.token_ids) + 1), np.int64)
-    after[:, 0] = np.arange(num_states)
-    check_time()
-    entered = np.unique(exit_target[along[np.unique(base)]])
+    entered = np.unique(exit_target[along])
     entered = entered[entered != DEAD]
+    entry = np.zeros(num_states, np.int64)
+    entry[entered] = np.arange(1, len(entered) + 1)
+    after = np.zeros((len(entered) + 1, len(remainders.token_ids) + 1), np.int64)
+    after[1:, 0] = entered
+    check_time()
     if len(remainders.token_ids) and len(entered):
         walk = after_remainders or (lambda states, trie: walk_tokens(trie, transitions, states))
-        after[np.ix_(entered, remainders.token_ids)] = walk(entered, remainders)
+        after[1:, remainders.token_ids] = walk(entered, remainders)
 
     check_time()
     # Pairs (outcome, row) of the same unit state, grouped by outcome; a row's position among the
@@ -300,10 +304,12 @@ def loop_columns(
     units, ends, remainder = outcomes.units[pair_outcome], outcomes.ends[pair_outcome], outcomes.remainders[pair_outcome]
     # Whole units past the base (inside a unit, the first completes it), and that of the unit in
     # progress (clipped where the token dies).
-    landed = along[base[pair_row], np.maximum(units - behind[pair_row], 0)]
-    in_progress = along[base[pair_row], np.maximum(units + 1 - behind[pair_row], 0)]
+    past = units - behind[pair_row]
+    landed = along[base_index[pair_row], np.maximum(past, 0)]
+    in_progress = np.where(past >= 0, loops.unit_target[landed], landed)
     value = np.where(ends == loops.language.dfa.start, landed, loops.inside[in_progress, ends])
-    value = np.where(remainder >= 0, after[exit_target[landed], np.maximum(remainder, 0)], value)
+    exits = np.flatnonzero(remainder >= 0)
+    value[exits] = after[entry[exit_target[landed[exits]]], remainder[exits]]
     value[outcomes.dies[pair_outcome]] = DEAD
 
     check_time()
