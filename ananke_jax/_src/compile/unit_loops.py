@@ -108,7 +108,7 @@ def expand_unit_loops(dfa: ByteDFA, language: UnitLanguage) -> tuple[ByteDFA, Un
     mids = np.flatnonzero((np.arange(units.num_states) != boundary) & (np.arange(units.num_states) != DEAD))
     targets = np.unique(target[reading])
     num_states = dfa.num_states + len(targets) * len(mids)
-    inside = np.zeros((num_states, units.num_states), np.int64)
+    inside = np.zeros((num_states, units.num_states), np.int32)
     inside[np.ix_(targets, mids)] = dfa.num_states + np.arange(len(targets) * len(mids)).reshape(len(targets), len(mids))
     # A unit state's value seen from a unit that completes into each target (boundary: the target).
     completing = inside.copy()
@@ -118,11 +118,12 @@ def expand_unit_loops(dfa: ByteDFA, language: UnitLanguage) -> tuple[ByteDFA, Un
     table[:, language.placeholder] = DEAD
     unit_target = np.zeros(num_states, np.int32)
     unit_target[reading] = target[reading]
-    expanded = ByteDFA(table.astype(np.int32), np.concatenate([dfa.accepting, np.zeros(num_states - dfa.num_states, bool)]), dfa.start)
+    accepting = np.concatenate([dfa.accepting, np.zeros(num_states - dfa.num_states, bool)])
+    expanded = ByteDFA(table.astype(np.int32, copy=False), accepting, dfa.start)
     others = np.setdiff1d(np.arange(256), [*begins, language.exit_byte, language.placeholder])
     if t[np.ix_(np.union1d(reading, targets), others)].any():
         return expanded, None
-    return expanded, UnitLoops(language, unit_target, inside.astype(np.int32))
+    return expanded, UnitLoops(language, unit_target, inside)
 
 
 RemainderWalk = Callable[[np.ndarray, TokenTrie], np.ndarray]
