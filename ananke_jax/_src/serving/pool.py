@@ -309,7 +309,8 @@ class GrammarPool:
         self.vocab_size, self.logits_width = vocab_size, logits_width
         self._eos = tuple(int(t) for t in eos_token_ids)
         self._layout = _layout(self.capacity, logits_width)
-        self._buffers = {key: jnp.full(shape, fill, dtype) for key, (shape, dtype, fill) in self._layout.items()}
+        # Filled on the host: an eager jnp.full (or jnp.asarray) compiles a program per shape.
+        self._buffers = {key: jax.device_put(np.full(shape, fill, dtype)) for key, (shape, dtype, fill) in self._layout.items()}
         eos_bits = np.zeros(32 * -(-logits_width // 32), bool)
         eos_bits[list(self._eos)] = True
         self._eos_mask = jnp.asarray(pack_bits(eos_bits[:logits_width]))
@@ -336,7 +337,7 @@ class GrammarPool:
         self._tables: PoolTables | None = None  # the view of the buffers, made again after a write
         for key, buffer in self._buffers.items():  # compile every write now, not on the first add
             for chunk in set(_chunk_rows(buffer.shape)):
-                buffer = _scatter(buffer, jnp.full(chunk, buffer.shape[0], jnp.int32), jnp.zeros((chunk, *buffer.shape[1:]), buffer.dtype))
+                buffer = _scatter(buffer, np.full(chunk, buffer.shape[0], np.int32), np.zeros((chunk, *buffer.shape[1:]), buffer.dtype))
             self._buffers[key] = buffer
 
     # --- the device view ------------------------------------------------------------------------
