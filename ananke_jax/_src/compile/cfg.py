@@ -204,7 +204,7 @@ def _lexer_with_loops(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDF
                 return Lexer(lexer.terminals, dfa.transitions, ends, np.vstack([lexer.alive, lexer.alive[new]]), lexer.starts), loops
     if kept is None:
         return lexer, None
-    spelled = {t.name: dfas[t.name] if t.units is None else expand_unit_loops(dfas[t.name], t.units)[0] for t in terminals}
+    spelled = {t.name: expand_unit_loops(dfas[t.name], kept)[0] if t.units is kept else dfas[t.name] for t in terminals}
     return build_lexer(terminals, spelled, begins), None
 
 
