@@ -1,6 +1,8 @@
 """LR tables against the Earley oracle, on terminal sequences: LALR(1) grammars, and grammars
 whose conflicting cells hold every action (followed GLR-style, each fork a stack of its own)."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -127,12 +129,18 @@ def _nested_optionals(copies: int):
 def test_grammars_too_large_or_too_deep_for_the_lalr_analysis_are_refused_before_or_by_it():
     """Lark's analysis cannot be interrupted: a grammar whose LR(0) items are over the budget's
     ``max_states`` is refused before it, naming the budget; one nested deeper than its recursion
-    takes gets a `GrammarError` naming the cause, not a `RecursionError`."""
+    takes gets a `GrammarError` naming the cause, not a `RecursionError`. Python's default
+    recursion limit, whatever the tests run before in this process left it at."""
     refusal = r"LR\(0\) items.* of 2,002 states is over the compile budget max_states=1,000"
     with metered(CompileBudget(max_states=1_000)), pytest.raises(BudgetError, match=refusal):
         lr_tables(_nested_optionals(500))
-    with pytest.raises(GrammarError, match=r"nest too deeply for the LALR analysis \(8,001 rules\)"):
-        lr_tables(_nested_optionals(4_000))
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1_000)
+    try:
+        with pytest.raises(GrammarError, match=r"nest too deeply for the LALR analysis \(8,001 rules\)"):
+            lr_tables(_nested_optionals(4_000))
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 @pytest.mark.slow
