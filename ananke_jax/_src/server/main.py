@@ -81,7 +81,9 @@ def serve_command(args: argparse.Namespace) -> int:
         import jax
 
         jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+        # Every program: a restart compiles the same ones, and the many small ones (the pool's
+        # writes, the samplers) add up to seconds.
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     start = time.perf_counter()
     print(f"loading {args.model} and warming up {args.slots} slots of {args.max_len} positions ...", file=sys.stderr, flush=True)
     model = load_model(args.model, args.tool_style)
