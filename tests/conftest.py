@@ -61,15 +61,16 @@ def smollm2_gguf() -> str:
 # Strict shapes and dtypes, as equinox's tests do: an accidental broadcast is a bug.
 jax.config.update("jax_numpy_rank_promotion", "raise")
 # One persistent compilation cache for the run: the xdist workers, and tests that build the same
-# program (a model step, a pool's writes), compile it once.
+# program (a model step, a pool's writes), compile it once; every program, however small: the
+# two workers build many of the same ones.
 _CACHE = os.environ.get("ANANKE_TEST_JAX_CACHE", os.path.join(os.path.dirname(__file__), os.pardir, ".pytest_cache", "jax"))
 jax.config.update("jax_compilation_cache_dir", _CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 # Most of the suite's time is XLA compiling programs that then run a few steps: without XLA's
 # expensive optimisation passes (which change speed, not results) the suite takes about 15% less.
 jax.config.update("jax_disable_most_optimizations", True)
 # The same for the subprocesses that tests start (the command line, exports, sharded runs).
-os.environ.update(JAX_COMPILATION_CACHE_DIR=_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5", JAX_DISABLE_MOST_OPTIMIZATIONS="1")
+os.environ.update(JAX_COMPILATION_CACHE_DIR=_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_DISABLE_MOST_OPTIMIZATIONS="1")
 
 
 @pytest.fixture(autouse=True)
@@ -84,10 +85,6 @@ def _xla_optimizations(request):
         yield
     finally:
         jax.config.update("jax_disable_most_optimizations", True)
-
-
-# Tests that start a Python subprocess (the CLI, 8 host devices, a fresh process) do the same.
-os.environ.update(JAX_COMPILATION_CACHE_DIR=_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5", JAX_DISABLE_MOST_OPTIMIZATIONS="1")
 
 
 @pytest.fixture(scope="session")
