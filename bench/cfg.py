@@ -127,8 +127,8 @@ PEERS = tuple(PEER_NAMES)
 
 def headlines(measured: dict) -> list[dict]:
     """Per grammar but the SQL one (its figure stays in docs/benchmarks.md), our time per token
-    in a jitted decode loop over the fastest peer's, on the largest vocabulary measured; the row says so when no
-    peer is installed."""
+    in a jitted decode loop over the fastest peer's, on the largest vocabulary measured; the row
+    says so when no peer is installed."""
     rows = []
     for filename in GRAMMARS[:3]:
         runs = {name: m for (grammar, name), m in measured.items() if grammar == filename}
