@@ -501,6 +501,30 @@ def test_number_intervals_and_multiples_match_decimal_arithmetic(integer):
             assert _accepts(dfa, c) == expected, (divisor, c)
 
 
+@pytest.mark.parametrize("max_digits", [None, 3])
+def test_enum_and_const_numbers_admit_exactly_their_equal_decimal_spellings(max_digits):
+    """A listed number admits every spelling equal to it without exponent (trailing zeros in the
+    fraction, as many as ``max_digits`` lets a fraction have, raised to one more than the value's
+    own), and nothing else; -0 is 0, spelled "0" (as a bound or a value it raised a ValueError
+    from the digit comparison)."""
+    values = [0, -0.0, 2.5, -7, 19.25, 100, 0.125, -1234]
+    spelling = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?")
+    wholes, fractions = (
+        ("0", "2", "7", "19", "100", "1234", "12"),
+        ("", ".0", ".00", ".000", ".0000", ".5", ".50", ".500", ".25", ".2500", ".125", ".1250"),
+    )
+    candidates = [f"{sign}{whole}{fraction}" for sign in ("", "-") for whole in wholes for fraction in fractions]
+    for listed in [values, *([v] for v in values)]:
+        dfa = _dfa({"enum": listed} if len(listed) > 1 else {"type": "number", "const": listed[0]}, max_digits=max_digits)
+        for c in candidates:
+            equal = [v for v in map(decimal.Decimal, listed) if decimal.Decimal(c) == v]
+            own = len(format(abs(equal[0]), "f").partition(".")[2].rstrip("0")) if equal else 0
+            fits = max_digits is None or len(c.partition(".")[2]) <= max(max_digits, own + 1)
+            expected = bool(equal) and fits and not c.startswith("-0") and bool(spelling.fullmatch(c))
+            assert _accepts(dfa, c) == expected, (listed, c)
+    assert _accepts(_dfa({"type": "number", "minimum": -0.0, "maximum": 1}), "0.5")
+
+
 @pytest.mark.parametrize(
     "schema, keyword, pointer",
     [

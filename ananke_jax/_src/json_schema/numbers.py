@@ -56,6 +56,8 @@ def interval(
     """
     if lo is None and hi is None:
         return json_number(integer=integer, max_digits=max_digits)
+    if lo == hi and not (lo_open or hi_open or integer):
+        return _spellings(lo, max_digits)
     caps = [] if max_digits is None else [_magnitudes(max_digits, [b for b in (lo, hi) if b is not None], integer)]
     parts = []
     # x >= 0: magnitudes m with lo <= m <= hi.
@@ -73,6 +75,20 @@ def interval(
             conditions.append(_at_most(-lo, lo_open, integer))
         parts.append(rx.seq(rx.Text("-"), _all_of(conditions + caps)))
     return rx.alt(*parts)
+
+
+def _spellings(value: decimal.Decimal, max_digits: int | None) -> rx.Node:
+    """The numbers equal to ``value`` (an enum's or a const's), written without exponent: its
+    digits, then trailing zeros in the fraction, as many as ``max_digits`` (raised as `interval`
+    raises it) lets the fraction have. The interval ``[value, value]``, spelled out directly: the
+    general construction intersects automata, milliseconds a value."""
+    whole, fraction = _split(abs(value))
+    room = None if max_digits is None else max(max_digits, len(fraction) + 1)
+    if fraction:
+        tail = rx.seq(rx.Text("." + fraction), rx.repeat(rx.Text("0"), 0, None if room is None else room - len(fraction)))
+    else:
+        tail = rx.optional(rx.seq(rx.Text("."), rx.repeat(rx.Text("0"), 1, room)))
+    return rx.seq(rx.Text("-" if value < 0 else ""), rx.Text(whole), tail)
 
 
 def _magnitudes(max_digits: int, bounds: list[decimal.Decimal], integer: bool) -> rx.Node:
@@ -93,7 +109,7 @@ def _all_of(nodes: list[rx.Node]) -> rx.Node:
 
 def _split(bound: decimal.Decimal) -> tuple[str, str]:
     """The integer digits and the fraction digits (trailing zeros dropped) of ``bound >= 0``."""
-    text = format(bound, "f")
+    text = format(abs(bound), "f")  # abs: -0 is a bound >= 0 too, formatted with its sign
     whole, _, fraction = text.partition(".")
     return whole.lstrip("0") or "0", fraction.rstrip("0")
 
