@@ -269,8 +269,8 @@ def to_dfa(node: Node) -> ByteDFA:
         charge_states(node.dfa.num_states, "a regex's DFA")
         return node.dfa
     charge_states(nfa_size(node), "a regex's NFA")
-    if (dfa := _BUILT.get(node)) is not None:
-        _BUILT.move_to_end(node)
+    if (dfa := _BUILT.pop(node, None)) is not None:  # one equality test of the trees, not two
+        _BUILT[node] = dfa  # the most recently used
         charge_states(dfa.num_states, "a regex's DFA")
         return dfa
     dfa = _joined(node.parts) if isinstance(node, Seq) and any(map(_built_apart, node.parts)) else None
