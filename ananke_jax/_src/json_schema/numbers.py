@@ -82,7 +82,7 @@ def _spellings(value: decimal.Decimal, max_digits: int | None) -> rx.Node:
     digits, then trailing zeros in the fraction, as many as ``max_digits`` (raised as `interval`
     raises it) lets the fraction have. The interval ``[value, value]``, spelled out directly: the
     general construction intersects automata, milliseconds a value."""
-    whole, fraction = _split(abs(value))
+    whole, fraction = _split(value)
     room = None if max_digits is None else max(max_digits, len(fraction) + 1)
     if fraction:
         tail = rx.seq(rx.Text("." + fraction), rx.repeat(rx.Text("0"), 0, None if room is None else room - len(fraction)))
