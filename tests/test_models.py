@@ -350,6 +350,7 @@ def test_smollm2_chat_prompt_round_trip(smollm2):
 
 
 @pytest.mark.slow
+@pytest.mark.xla_optimized
 def test_smollm2_constrained_greedy_is_minimally_invasive(smollm2):
     """Prompts whose unconstrained greedy reply is already in the language: the constrained reply
     is the same tokens, and the model is never overruled (DOMINO's bar)."""

@@ -38,6 +38,7 @@ def test_the_jitted_loop_writes_a_prefix_of_the_schema():
 
 
 @pytest.mark.slow
+@pytest.mark.xla_optimized
 def test_generate_writes_a_valid_record():
     import jsonschema
 

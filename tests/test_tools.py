@@ -201,6 +201,7 @@ def test_bad_tools_are_refused_with_their_pointer():
 
 
 @pytest.mark.slow
+@pytest.mark.xla_optimized
 def test_smollm2_writes_tool_calls_that_validate(smollm2_gguf):
     from ananke_jax.models import chat_prompt, init_cache, load_smollm2, make_step_fn
 
