@@ -346,7 +346,7 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer, skip=False) -> _Parse:
     return (interleaved if on_accelerator() else in_turn)(nodes)
 
 
-def _verdicts(cg, lr: LRActions, stack, depth, lexer, skip=False):
+def verdicts(cg, lr: LRActions, stack, depth, lexer, skip=False):
     """What one configuration allows: bool[P], its lexer state's outcomes that the stack takes
     (their terminals accepted, then one of their lookahead terminals, or none needed); bool[],
     whether the output is complete (EOS allowed); and bool[], whether an outcome was refused
@@ -376,7 +376,7 @@ def with_verdicts(cg, state, known):
     lr, need = cg.lr_actions(), state.live & ~known
 
     if on_accelerator():
-        v, c, b = jax.vmap(lambda *config: _verdicts(cg, lr, *config))(state.stacks, state.depth, state.lexer, ~need)
+        v, c, b = jax.vmap(lambda *config: verdicts(cg, lr, *config))(state.stacks, state.depth, state.lexer, ~need)
         valid, complete, blocked = jnp.where(need[:, None], v, state.outcome_ok), jnp.where(need, c, state.complete), (need & b).any()
     else:
         order = jnp.argsort(~need, stable=True)  # the configurations to compute first
@@ -384,7 +384,7 @@ def with_verdicts(cg, state, known):
         def body(carry):
             r, valid, complete, blocked = carry
             i = order[r]
-            v, c, b = _verdicts(cg, lr, state.stacks[i], state.depth[i], state.lexer[i])
+            v, c, b = verdicts(cg, lr, state.stacks[i], state.depth[i], state.lexer[i])
             return r + 1, valid.at[i].set(v), complete.at[i].set(c), blocked | b
 
         init = (jnp.int32(0), state.outcome_ok, state.complete, jnp.bool_(False))

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ananke_jax._src.engines.lr import LRActions, feed, fork_width, on_accelerator, pack_actions, with_verdicts
+from ananke_jax._src.engines.lr import LRActions, feed, fork_width, on_accelerator, pack_actions, verdicts, with_verdicts
 from ananke_jax._src.engines.masks import is_allowed
 from ananke_jax._src.engines.protocol import Constraint
 
@@ -180,17 +180,19 @@ def pushdown_init(cg: PushdownGrammar, lr_start, lexer_start) -> PushdownState:
 def _init(cg: PushdownGrammar, lr_start, lexer_start, *, accelerator: bool) -> PushdownState:
     del accelerator  # the key of the trace: `on_accelerator()` gives the same inside
     k, d = cg.max_configs, cg.stack_depth
-    state = PushdownState(
-        stacks=jnp.zeros((k, d), jnp.int32).at[0, 0].set(lr_start),
+    stack = jnp.zeros(d, jnp.int32).at[0].set(lr_start)
+    # The one configuration's verdicts, without `with_verdicts`' loop over the configurations.
+    valid, complete, blocked = verdicts(cg, cg.lr_actions(), stack, jnp.int32(1), lexer_start)
+    return PushdownState(
+        stacks=jnp.zeros((k, d), jnp.int32).at[0].set(stack),
         depth=jnp.zeros(k, jnp.int32).at[0].set(1),
         lexer=jnp.zeros(k, jnp.int32).at[0].set(lexer_start),
         live=jnp.zeros(k, jnp.bool_).at[0].set(True),
-        outcome_ok=jnp.zeros((k, cg.outcome_node.shape[1]), jnp.bool_),
-        complete=jnp.zeros(k, jnp.bool_),
+        outcome_ok=jnp.zeros((k, cg.outcome_node.shape[1]), jnp.bool_).at[0].set(valid),
+        complete=jnp.zeros(k, jnp.bool_).at[0].set(complete),
         finished=jnp.bool_(False),
-        overflow=jnp.bool_(False),
+        overflow=blocked,
     )
-    return with_verdicts(cg, state, jnp.zeros(k, jnp.bool_))
 
 
 def _live_count(state: PushdownState) -> jax.Array:
