@@ -386,3 +386,24 @@ def test_states_alone_inside_copied_automata_step_by_the_copied_table(seed):
     fast, slow = built(True), built(False)
     assert rx.difference(fast, slow).start == 0 and rx.difference(slow, fast).start == 0
     assert fast.num_states == slow.num_states  # both minimal
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_dfa_moves_are_the_maximal_byte_runs_of_each_live_transition(seed):
+    """Per live state, the moves are sorted, disjoint, maximal runs of equal targets, and cover
+    exactly the bytes whose target is not the dead state."""
+    rng = np.random.default_rng(seed)
+    num_states, run = int(rng.integers(1, 12)), int(rng.integers(1, 40))
+    table = np.repeat(rng.integers(0, num_states, (num_states, 256 // run + 1)), run, axis=1)[:, :256]
+    table[0] = 0
+    moves = automaton.dfa_moves(automaton.ByteDFA(table.astype(np.int32), np.zeros(num_states, bool), min(1, num_states - 1)))
+    assert len(moves) == num_states - 1
+    for row, state_moves in zip(table[1:], moves):
+        covered = np.zeros(256, np.int64)
+        for (lo, hi, target), after in zip(state_moves, [*state_moves[1:], None]):
+            assert 0 <= lo <= hi <= 255 and target != 0 and (row[lo : hi + 1] == target).all()
+            assert lo == 0 or row[lo - 1] != target  # maximal on the left
+            assert hi == 255 or row[hi + 1] != target  # and on the right
+            assert after is None or after[0] > hi
+            covered[lo : hi + 1] = target
+        np.testing.assert_array_equal(covered, row)

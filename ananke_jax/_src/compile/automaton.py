@@ -81,7 +81,9 @@ class NFABuilder:
             return Fragment(self.state(), end)
         offset = len(self.edges) - 1  # live state s becomes s + offset
         if moves is None:  # a repeated automaton's moves are listed once
-            moves = self._moves.setdefault(id(dfa), (dfa, dfa_moves(dfa)))[1]
+            if id(dfa) not in self._moves:
+                self._moves[id(dfa)] = (dfa, dfa_moves(dfa))
+            moves = self._moves[id(dfa)][1]
             self.copies.append((offset, dfa))
         charge_states(offset + dfa.num_states, "an NFA")
         check_time()
@@ -139,13 +141,17 @@ class ByteDFA:
 def dfa_moves(dfa: ByteDFA) -> list[list[tuple[int, int, int]]]:
     """Per live state ``s`` of ``dfa`` (1 to S-1, at index ``s - 1``), its moves to live states
     as ``(lo, hi, target)`` byte ranges."""
-    out = []
-    for row in dfa.transitions[1:]:
-        bounds = np.flatnonzero(np.diff(row)) + 1
-        starts, stops = [0, *bounds.tolist()], [*bounds.tolist(), 256]
-        targets = row[starts].tolist()
-        out.append([(lo, hi - 1, t) for lo, hi, t in zip(starts, stops, targets) if t != DEAD])
-    return out
+    rows = dfa.transitions[1:]
+    change = np.ones(rows.shape, bool)
+    change[:, 1:] = rows[:, 1:] != rows[:, :-1]  # where a run of equal targets begins
+    state, lo = np.nonzero(change)
+    hi = np.append(lo[1:], 0) - 1  # the next run's start, less one; 255 at a row's end
+    hi[hi < lo] = 255
+    target = rows[state, lo]
+    live = target != DEAD
+    state, runs = state[live], list(zip(lo[live].tolist(), hi[live].tolist(), target[live].tolist()))
+    bounds = np.searchsorted(state, np.arange(len(rows) + 1)).tolist()
+    return [runs[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def concatenated(first: ByteDFA, second: ByteDFA) -> ByteDFA | None:
@@ -555,7 +561,7 @@ def _predecessors(class_table: np.ndarray) -> list[list[tuple[int, list[int]]]]:
     """
     sources, classes = np.nonzero(class_table)
     targets = class_table[sources, classes]
-    order = np.lexsort((classes, targets))
+    order = np.argsort(targets.astype(np.int64) * class_table.shape[1] + classes, kind="stable")  # twice lexsort's speed
     sources, classes, targets = sources[order], classes[order], targets[order]
     new_run = np.ones(len(targets), bool)
     new_run[1:] = (targets[1:] != targets[:-1]) | (classes[1:] != classes[:-1])
@@ -563,8 +569,11 @@ def _predecessors(class_table: np.ndarray) -> list[list[tuple[int, list[int]]]]:
     bounds = np.append(starts, len(targets)).tolist()
     sources = sources.tolist()
     result: list[list[tuple[int, list[int]]]] = [[] for _ in range(len(class_table))]
-    for a, b, t, c in zip(bounds, bounds[1:], targets[starts].tolist(), classes[starts].tolist()):
-        result[t].append((c, sources[a:b]))
+    runs = zip(bounds, bounds[1:], targets[starts].tolist(), classes[starts].tolist())
+    while chunk := list(itertools.islice(runs, CHECK_EVERY * 16)):
+        check_time()
+        for a, b, t, c in chunk:
+            result[t].append((c, sources[a:b]))
     return result
 
 
@@ -572,7 +581,11 @@ def _co_accessible(predecessors: list[list[tuple[int, list[int]]]], accepting: n
     """Per state, whether an accepting state is reachable from it (a backward search)."""
     live = accepting.tolist()
     stack = np.flatnonzero(accepting).tolist()
+    popped = 0
     while stack:
+        popped += 1
+        if popped % CHECK_EVERY == 0:
+            check_time()
         for _, sources in predecessors[stack.pop()]:
             for p in sources:
                 if not live[p]:
