@@ -18,6 +18,14 @@ from ananke_jax._src.vocab import Vocabulary
 gc.set_threshold(100_000, 50, 1_000)
 
 
+def pytest_sessionfinish(session):
+    """Leave what a worker holds to the process's exit: pytest's cleanup then runs five full
+    collections (to report exceptions raised in finalisers) that walked every object still held
+    (vocabularies, tries, compiled programs), up to a minute in a worker of the full suite, while
+    pytest-xdist waits up to 10 s for its workers to exit."""
+    gc.freeze()
+
+
 def _mistral_data_dir() -> str:
     try:
         import mistral_common
