@@ -7,7 +7,10 @@ it (GLR-style). Where forks are not wanted, conflicts are refused with the rules
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import sys
+import threading
 
 import numpy as np
 from lark.common import ParserConf
@@ -20,6 +23,22 @@ from ananke_jax._src.errors import ConflictError, GrammarError
 from ananke_jax._src.ir import Grammar
 
 END = "$END"
+
+# Python frames live on the C stack before 3.11: there, deeper recursion than this would crash.
+_C_STACK_FRAMES = 10_000 if sys.version_info < (3, 11) else None
+_recursion_limit_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _room_to_recurse(frames: int):
+    """Raise Python's recursion limit by ``frames`` (at most `_C_STACK_FRAMES`) for the block."""
+    with _recursion_limit_lock:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(limit + min(frames, _C_STACK_FRAMES or frames))
+        try:
+            yield
+        finally:
+            sys.setrecursionlimit(limit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,15 +90,21 @@ def lr_tables(grammar: Grammar, *, max_actions: int = 1) -> LRTables:
     symbol = lambda name: Terminal(name) if name in all_terminals else NonTerminal(name)
     lark_rules = [Rule(NonTerminal(r.origin), [symbol(s) for s in r.expansion], order=i) for i, r in enumerate(grammar.rules)]
     analyzer = LALR_Analyzer(ParserConf(lark_rules, {}, [grammar.start]))
+    analyzer.compute_lr0_states()
+    analyzer.compute_reads_relations()
+    analyzer.compute_includes_lookback()
+    # The lookaheads' digraph walk recurses along chains of nonterminal transitions, as deep as the
+    # order of lark's item sets makes them: they hash by identity, so the order follows memory
+    # addresses, which follow whatever the process did before. With room for every transition,
+    # whether a grammar compiles is the grammar's alone.
     try:
-        analyzer.compute_lr0_states()
-        analyzer.compute_reads_relations()
-        analyzer.compute_includes_lookback()
-        analyzer.compute_lookaheads()
-    except RecursionError:
+        with _room_to_recurse(len(analyzer.nonterminal_transitions)):
+            analyzer.compute_lookaheads()
+    except RecursionError:  # only where frames use the C stack
         raise GrammarError(
-            f"the grammar's rules nest too deeply for the LALR analysis ({len(grammar.rules):,} rules): a bounded "
-            "repeat of a recursive or large item (a maxItems of hundreds, say) makes one rule per copy"
+            f"the grammar's rules nest too deeply for the LALR analysis ({len(grammar.rules):,} rules) on Python "
+            f"{sys.version_info.major}.{sys.version_info.minor}: a bounded repeat of a recursive or large item "
+            "(a maxItems of hundreds, say) makes one rule per copy"
         ) from None
 
     itemsets = _breadth_first(analyzer.lr0_start_states[grammar.start])
