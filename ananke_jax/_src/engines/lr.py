@@ -241,22 +241,23 @@ def _ran_out(p: _Parse, length) -> _Parse:
     return _parse(p.stack, p.height, p.top, p.pos, p.ok, p.overflow | _running(p, length))
 
 
-def _run(step, p: _Parse, length, limit: int) -> _Parse:
-    """Apply ``step`` (parse -> parse, on simulations of any batch shape) until no fork is still
-    reading its ``length`` terminals, or for ``limit`` actions: forks then still reading ran out
-    of actions, which counts as overflow.
+def _run(step, p: _Parse, length, limit: int, forks: int) -> _Parse:
+    """Apply ``step`` (parse -> parse, on simulations of any batch shape, with ``forks`` forks each)
+    until no fork is still reading its ``length`` terminals, or for ``limit`` actions: forks then
+    still reading ran out of actions, which counts as overflow.
 
-    The first actions run before the loop, and on an accelerator a trip takes
-    `ACCELERATOR_ACTIONS` (an action on a parse that is done is a no-op), so that most runs make
-    no trip."""
-
+    On an accelerator a trip takes `ACCELERATOR_ACTIONS` (an action on a parse that is done is a
+    no-op). The first trip's actions run before the loop, so that most runs make no trip, on an
+    accelerator and where an action is cheap (no forks); a forking action is large, and on a CPU,
+    where a trip costs its work, its one copy in the loop compiles faster and runs no slower."""
     unroll = ACCELERATOR_ACTIONS if on_accelerator() else 1
+    ahead = unroll if on_accelerator() or forks == 1 else 0
 
     def body(carry):
         return _actions(step, carry[0], unroll), carry[1] + unroll
 
     again = lambda carry: _running(carry[0], length).any() & (carry[1] < limit)
-    p, _ = jax.lax.while_loop(again, body, (_actions(step, p, unroll), jnp.int32(unroll)))
+    p, _ = jax.lax.while_loop(again, body, (_actions(step, p, ahead), jnp.int32(ahead)))
     return _ran_out(p, length)
 
 
@@ -268,7 +269,7 @@ def feed(lr: LRActions, stack, depth, terminals, length) -> _Parse:
     """
     step = lambda p: _act(lr, terminals[jnp.minimum(p.pos, terminals.shape[0] - 1)], length, p)
     limit = terminals.shape[0] * (stack.shape[0] + 2)  # D + 2 actions a terminal
-    p = _run(step, _fresh(lr, stack, depth), length, limit)
+    p = _run(step, _fresh(lr, stack, depth), length, limit, lr.forks)
     return _Parse(p.packed.reshape(lr.forks, -1))
 
 
@@ -315,11 +316,10 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer, skip=False) -> _Parse:
         def run_chunk(carry):
             c, nodes = carry
             lane, column = load(c, nodes)
-            nodes = store(starts[c], nodes, _run(lambda x: act(column, x), lane, 1, limit))
+            nodes = store(starts[c], nodes, _run(lambda x: act(column, x), lane, 1, limit, lr.forks))
             return next_chunk(c, nodes), nodes
 
-        # The first chunk runs outside the loop (without chunks, its lanes are all refused).
-        return jax.lax.while_loop(lambda c: c[0] < chunks, run_chunk, run_chunk((jnp.int32(0), nodes)))[1]
+        return jax.lax.while_loop(lambda c: c[0] < chunks, run_chunk, (jnp.int32(0), nodes))[1]
 
     def interleaved(nodes: _Parse) -> _Parse:
         """One loop (on an accelerator, where a trip costs a read back of its predicate): a trip
