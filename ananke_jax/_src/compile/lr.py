@@ -24,17 +24,17 @@ from ananke_jax._src.ir import Grammar
 
 END = "$END"
 
-# Python frames live on the C stack before 3.11: there, deeper recursion than this would crash.
-_C_STACK_FRAMES = 10_000 if sys.version_info < (3, 11) else None
+# Python frames live on the C stack before 3.11: there, much deeper recursion would crash.
+_MAX_EXTRA_FRAMES = 10_000 if sys.version_info < (3, 11) else sys.maxsize
 _recursion_limit_lock = threading.Lock()
 
 
 @contextlib.contextmanager
 def _room_to_recurse(frames: int):
-    """Raise Python's recursion limit by ``frames`` (at most `_C_STACK_FRAMES`) for the block."""
+    """Raise Python's recursion limit by ``frames`` (at most `_MAX_EXTRA_FRAMES`) for the block."""
     with _recursion_limit_lock:
         limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(limit + min(frames, _C_STACK_FRAMES or frames))
+        sys.setrecursionlimit(limit + min(frames, _MAX_EXTRA_FRAMES))
         try:
             yield
         finally:
