@@ -5,9 +5,14 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from lark.grammar import NonTerminal, Rule, Terminal
+from lark.parsers import grammar_analysis
 
 from ananke_jax import CompileBudget, GrammarError
 from ananke_jax._src.compile.budget import metered
+from ananke_jax._src.compile.grammar_sets import grammar_sets
 from ananke_jax._src.compile.lr import lr_tables
 from ananke_jax._src.engines.lr import ACCEPT, ERROR, MAX_RULE_LENGTH, REDUCE, SHIFT
 from ananke_jax._src.errors import BudgetError
@@ -116,6 +121,43 @@ def test_an_alternative_longer_than_the_engine_takes_is_refused_naming_its_rule(
     long = grammar([("s", ["X"] * (MAX_RULE_LENGTH + 1))], {"X": "x"}, "s")
     with pytest.raises(GrammarError, match=rf"rule 's' has {MAX_RULE_LENGTH + 1} symbols; the engine takes at most {MAX_RULE_LENGTH}"):
         lr_tables(long)
+
+
+_SYMBOLS = [NonTerminal(f"n{i}") for i in range(5)] + [Terminal(f"T{i}") for i in range(3)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(_SYMBOLS[:5]), st.lists(st.sampled_from(_SYMBOLS), max_size=4).map(tuple)),
+        min_size=1,
+        max_size=12,
+        unique=True,
+    )
+)
+def test_grammar_sets_are_lark_s_first_follow_and_nullable(rules):
+    """`grammar_sets` against lark's own fixpoint (``calculate_sets``), on random grammars:
+    nullable chains, left and right recursion, symbols repeated in a rule."""
+    origins = {origin for origin, _ in rules}
+    lark_rules = [Rule(o, list(e)) for o, e in rules if all(s.is_term or s in origins for s in e)]
+    if lark_rules:
+        ours = grammar_sets([(r.origin, r.expansion) for r in lark_rules], lambda s: s.is_term)
+        assert ours == grammar_analysis.calculate_sets(lark_rules)
+
+
+def test_the_lalr_analysis_of_a_large_grammar_does_not_run_lark_s_fixpoint(monkeypatch):
+    """lark's fixpoint for FIRST, FOLLOW and NULLABLE took seconds on the thousands of rules of
+    large JSON Schemas; the analysis is given `grammar_sets`' instead, and lark's is left as it was."""
+    lark_own = grammar_analysis.calculate_sets
+
+    def refused(rules):
+        raise AssertionError("lark's calculate_sets ran")
+
+    monkeypatch.setattr(grammar_analysis, "calculate_sets", refused)
+    assert lr_tables(LISTS.validate()).rule_lhs.shape == (7,)
+    assert grammar_analysis.calculate_sets is refused
+    monkeypatch.undo()
+    assert grammar_analysis.calculate_sets is lark_own
 
 
 def _nested_optionals(copies: int):

@@ -15,9 +15,11 @@ import threading
 import numpy as np
 from lark.common import ParserConf
 from lark.grammar import NonTerminal, Rule, Terminal
+from lark.parsers import grammar_analysis
 from lark.parsers.lalr_analysis import LALR_Analyzer
 
 from ananke_jax._src.compile.budget import charge_states, check_time
+from ananke_jax._src.compile.grammar_sets import grammar_sets
 from ananke_jax._src.engines.lr import ACCEPT, MAX_RULE_LENGTH, REDUCE, SHIFT
 from ananke_jax._src.errors import ConflictError, GrammarError
 from ananke_jax._src.ir import Grammar
@@ -26,13 +28,13 @@ END = "$END"
 
 # Python frames live on the C stack before 3.11: there, much deeper recursion would crash.
 _MAX_EXTRA_FRAMES = 10_000 if sys.version_info < (3, 11) else sys.maxsize
-_recursion_limit_lock = threading.Lock()
+_process_wide = threading.Lock()  # held while a setting of the process is changed for a block
 
 
 @contextlib.contextmanager
 def _room_to_recurse(frames: int):
     """Raise Python's recursion limit by ``frames`` (at most `_MAX_EXTRA_FRAMES`) for the block."""
-    with _recursion_limit_lock:
+    with _process_wide:
         limit = sys.getrecursionlimit()
         sys.setrecursionlimit(limit + min(frames, _MAX_EXTRA_FRAMES))
         try:
@@ -89,7 +91,7 @@ def lr_tables(grammar: Grammar, *, max_actions: int = 1) -> LRTables:
     all_terminals = grammar.terminal_names
     symbol = lambda name: Terminal(name) if name in all_terminals else NonTerminal(name)
     lark_rules = [Rule(NonTerminal(r.origin), [symbol(s) for s in r.expansion], order=i) for i, r in enumerate(grammar.rules)]
-    analyzer = LALR_Analyzer(ParserConf(lark_rules, {}, [grammar.start]))
+    analyzer = _lalr_analyzer(lark_rules, grammar.start)
     analyzer.compute_lr0_states()
     analyzer.compute_reads_relations()
     analyzer.compute_includes_lookback()
@@ -159,6 +161,25 @@ def lr_tables(grammar: Grammar, *, max_actions: int = 1) -> LRTables:
     )
 
 
+def _lark_sets(rules: list[Rule]) -> tuple[dict, dict, set]:
+    """lark's ``calculate_sets(rules)``, by `grammar_sets`."""
+    return grammar_sets([(r.origin, r.expansion) for r in rules], lambda symbol: symbol.is_term)
+
+
+def _lalr_analyzer(rules: list[Rule], start: str) -> LALR_Analyzer:
+    """lark's LALR analyser of ``rules``, built with `grammar_sets` in place of lark's fixpoint
+    for FIRST, FOLLOW and NULLABLE (seconds on the thousands of rules of a large JSON Schema). The
+    analyser's constructor calls that function by its module's name, so the name is bound to ours
+    while it runs (the same sets: another thread's lark gets them too)."""
+    with _process_wide:
+        lark_own = grammar_analysis.calculate_sets
+        grammar_analysis.calculate_sets = _lark_sets
+        try:
+            return LALR_Analyzer(ParserConf(rules, {}, [start]))
+        finally:
+            grammar_analysis.calculate_sets = lark_own
+
+
 def _breadth_first(start) -> list:
     """The LR(0) states reachable from ``start``, breadth first, each state's transitions taken in
     the order of their symbols' names: numbered the same in every process (lark keeps the states
@@ -184,39 +205,10 @@ def terminal_follow(grammar: Grammar, terminals: tuple[str, ...]) -> tuple[np.nd
     in some sentence, bool[T, T] (columns as in ``terminals``; ignored terminals are not part of
     the rules and do not count)."""
     column = {name: j for j, name in enumerate(terminals)}
-    nullable: set[str] = set()
-    first: dict[str, set[str]] = {n: set() for n in grammar.nonterminals}
-    follow: dict[str, set[str]] = {n: set() for n in grammar.nonterminals}
-    first_of = lambda s: {s} if s in column else first[s]
-
-    def first_of_sequence(symbols) -> tuple[set[str], bool]:
-        out: set[str] = set()
-        for s in symbols:
-            out |= first_of(s)
-            if s not in nullable:
-                return out, False
-        return out, True
-
-    after = np.zeros((len(terminals), len(terminals)), bool)
-    changed = True
-    while changed:
-        changed = False
-        for r in grammar.rules:
-            f, all_nullable = first_of_sequence(r.expansion)
-            if not f <= first[r.origin] or (all_nullable and r.origin not in nullable):
-                first[r.origin] |= f
-                nullable.update([r.origin] if all_nullable else [])
-                changed = True
-            for i, s in enumerate(r.expansion):
-                rest_first, rest_nullable = first_of_sequence(r.expansion[i + 1 :])
-                targets = rest_first | (follow[r.origin] if rest_nullable else set())
-                if s in column:
-                    for t in targets:
-                        if not after[column[s], column[t]]:
-                            after[column[s], column[t]] = changed = True
-                elif not targets <= follow[s]:
-                    follow[s] |= targets
-                    changed = True
+    first, follow, _ = grammar_sets([(r.origin, r.expansion) for r in grammar.rules], column.__contains__)
     begins = np.zeros(len(terminals), bool)
-    begins[[column[t] for t in first[grammar.start]]] = True
+    begins[[column[t] for t in first.get(grammar.start, ())]] = True
+    after = np.zeros((len(terminals), len(terminals)), bool)
+    for a in terminals:
+        after[column[a], [column[b] for b in follow.get(a, ())]] = True
     return begins, after
