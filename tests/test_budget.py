@@ -8,6 +8,7 @@ import ananke_jax as aj
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.budget import charge_states, check_time, metered
 from ananke_jax._src.compile.regex import parse_regex
+from ananke_jax._src.json_schema import api as json_schema_api
 
 
 def _nested_one_of(depth: int) -> dict:
@@ -80,6 +81,22 @@ def test_every_limit_is_named_when_the_work_passes_it(sentencepiece_vocab):
         aj.compile_json_schema({"type": "string", "format": "date-time"}, sentencepiece_vocab, budget=aj.CompileBudget(max_seconds=1e-6))
     with pytest.raises(aj.BudgetError, match="max_seconds"):
         aj.compile_lark('start: "a"+', sentencepiece_vocab, budget=aj.CompileBudget(max_seconds=1e-6))
+
+
+def test_a_schema_over_the_budget_whole_and_in_pieces_names_both_limits(sentencepiece_vocab, monkeypatch):
+    """A schema without recursion whose one automaton would be over ``max_states`` goes to the
+    pushdown engine in pieces; where that stops on a budget too (a deadline, here), the error
+    names both limits, not only the one that sent it there."""
+    schema = {"type": "array", "items": {"type": "string", "pattern": "^[a-z]{1,20}$"}, "maxItems": 30}
+    budget = aj.CompileBudget(max_states=500, max_seconds=5)
+
+    def past_deadline(*args, **kwargs):
+        raise aj.BudgetError("the compile ran past the compile budget max_seconds=5", budget="max_seconds")
+
+    monkeypatch.setattr(json_schema_api, "compile_in_pieces", past_deadline)
+    refusal = r"a regex's NFA of [\d,]+ states is over the compile budget max_states=500; in pieces for the pushdown engine, the compile ran past the compile budget max_seconds=5"
+    with pytest.raises(aj.SchemaError, match=refusal):
+        aj.compile_json_schema(schema, sentencepiece_vocab, budget=budget)
 
 
 def test_budgets_nest_and_end_with_their_compile():

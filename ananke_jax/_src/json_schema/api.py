@@ -209,7 +209,7 @@ def compile_rules(
     ``gaps``: the trees hold placeholder gaps (`gaps.GAP`), made runs of at most
     ``max_whitespace`` whitespace bytes. A language without recursion taken to the pushdown
     engine for its size has its pieces split into terminals of about ``max_terminal`` NFA states
-    (`assemble.to_grammar`); where that is over the budget too, the error is the one automaton's.
+    (`assemble.to_grammar`); where that is over the budget too, the error names both limits met.
 
     Raises:
       SchemaError: the language is empty. GrammarError: the pushdown engine refuses the rules.
@@ -229,8 +229,11 @@ def compile_rules(
         return compile_grammar(to_grammar(rules, recursive, compiling=True, gap_run=gap_run), vocab, **options)
     try:
         return compile_in_pieces(rules, vocab, max_terminal, gap_run=gap_run, **options)
-    except BudgetError:
-        charge_states(size, "a regex's NFA")  # the one automaton's refusal says what to raise
+    except BudgetError as pieces:  # both ways are over the budget: name the limit each met
+        try:
+            charge_states(size, "a regex's NFA")
+        except BudgetError as whole:
+            raise BudgetError(f"{whole}; in pieces for the pushdown engine, {pieces}", budget=pieces.budget) from None
         raise
 
 
