@@ -75,6 +75,13 @@ def test_every_limit_is_named_when_the_work_passes_it(sentencepiece_vocab):
     with pytest.raises(aj.BudgetError, match="max_table_bytes=1,000") as e:
         aj.compile_regex("[a-z]{1,20}", sentencepiece_vocab, budget=aj.CompileBudget(max_table_bytes=1000))
     assert e.value.budget == "max_table_bytes"
+    # The largest table is refused before it is filled; the total after the tables are built.
+    with pytest.raises(
+        aj.BudgetError, match=r"the token DFA's next-state columns of [\d,]+ bytes are over the compile budget max_table_bytes"
+    ):
+        aj.compile_regex("[a-z]{1,20}", sentencepiece_vocab, budget=aj.CompileBudget(max_table_bytes=1000))
+    with pytest.raises(aj.BudgetError, match=r"the token DFA's tables of [\d,]+ bytes are over the compile budget max_table_bytes=200,000"):
+        aj.compile_regex("[a-z]{1,20}", sentencepiece_vocab, budget=aj.CompileBudget(max_table_bytes=200_000))
     with pytest.raises(aj.BudgetError, match="max_states=50"):  # the DFA, past the NFA estimate
         aj.compile_regex("(a|b)*a(a|b){6}", sentencepiece_vocab, budget=aj.CompileBudget(max_states=50))
     with pytest.raises(aj.SchemaError, match="max_seconds=1e-06"):

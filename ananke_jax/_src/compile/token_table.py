@@ -16,7 +16,7 @@ import numpy as np
 
 from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, pack_bits, run_starts, unique_first_inverse
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, row_groups
-from ananke_jax._src.compile.budget import check_time
+from ananke_jax._src.compile.budget import charge_bytes, check_time
 from ananke_jax._src.compile.token_trie import TokenGroups, TokenTrie, classes_of_hashes, single_group, vocabulary_trie
 from ananke_jax._src.compile.unit_loops import LoopColumns, UnitLoops, loop_columns
 from ananke_jax._src.vocab import Vocabulary
@@ -138,6 +138,9 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups,
     member = np.empty(len(values), np.int64)  # an item of each class
     member[key] = np.arange(len(key))
     member = member[dead:]
+    check_time()
+    # The columns are the largest of the token DFA's tables: their budget is charged before they are filled.
+    charge_bytes(4 * len(transitions) * len(member), "the token DFA's next-state columns")
     columns = np.zeros((len(transitions), len(member)), np.int32)
     for (of_item, _), (*_, representatives, functions) in zip(parts, walks):
         function_class = of_item[member]
