@@ -146,3 +146,29 @@ def test_an_automaton_built_before_is_kept_and_still_charged_to_the_budget():
     assert rx.nfa_size(parse_regex(pattern)) < 100 < dfa.num_states
     with metered(aj.CompileBudget(max_states=100)), pytest.raises(aj.BudgetError, match="max_states=100"):
         rx.to_dfa(parse_regex(pattern))
+
+
+def test_a_product_taken_before_is_kept_and_still_charged_to_the_budget():
+    """Products of small automata are kept by their operands' tables (a oneOf nested n deep takes
+    the same differences about 2^n times), read-only; a compile whose budget a kept product is over
+    refuses it as if it were built again."""
+    a, b = rx.to_dfa(parse_regex("(a|b)*a(a|b){6}")), rx.to_dfa(parse_regex("[ab]{3,40}"))
+    kept = rx.difference(a, b)
+    copy_a = type(a)(a.transitions.copy(), a.accepting.copy(), a.start)  # equal tables, another object
+    assert rx.difference(copy_a, b) is kept and rx.intersect(a, b) is not kept
+    assert not kept.transitions.flags.writeable
+    fresh = rx._product(a, b, rx._ACCEPT["and not"])[0]
+    assert rx.difference(kept, fresh).start == 0 and rx.difference(fresh, kept).start == 0
+    with metered(aj.CompileBudget(max_states=50)), pytest.raises(aj.BudgetError, match=r"a product of two automata .* max_states=50"):
+        rx.difference(a, b)
+
+
+def test_a_one_of_nested_ten_deep_builds_each_exclusion_once(monkeypatch):
+    """Each level takes the exclusions of the levels inside it twice over (about 2^n products for
+    n levels, 498 here); kept, each is built once."""
+    built = []
+    monkeypatch.setattr(rx, "_product", lambda *args, build=rx._product: built.append(1) or build(*args))
+    monkeypatch.setattr(rx, "_PRODUCTS", rx._KeptProducts(32 << 20))  # none kept from other tests
+    with pytest.warns(UserWarning, match="compiled as 'anyOf' for number values: negations nested more than 8 deep"):
+        aj.json_schema_to_grammar(_nested_one_of(10))
+    assert len(built) <= 10

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import re
 from collections.abc import Callable, Iterator, Sequence
 
@@ -410,18 +411,68 @@ def _repeat(node: Repeat, b: NFABuilder, after: int, built: dict[tuple[int, int]
 
 def intersect(a: ByteDFA, b: ByteDFA) -> ByteDFA:
     """The minimal DFA of the strings both ``a`` and ``b`` accept (reachable product)."""
-    return _product(a, b, lambda x, y: x & y)
+    return _kept_product(a, b, "and")
 
 
 def difference(a: ByteDFA, b: ByteDFA) -> ByteDFA:
     """The minimal DFA of the strings ``a`` accepts and ``b`` does not."""
-    return _product(a, b, lambda x, y: x & ~y)
+    return _kept_product(a, b, "and not")
+
+
+_ACCEPT = {"and": lambda x, y: x & y, "and not": lambda x, y: x & ~y}
+
+
+class _KeptProducts:
+    """The latest products of automata of at most `_BUILT_MAX_STATES` states, up to ``max_bytes``
+    of tables, read-only, by their operation and operands' digests (see `_kept_product`)."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes, self.bytes = max_bytes, 0
+        self.kept: collections.OrderedDict[tuple, tuple[ByteDFA, int]] = collections.OrderedDict()
+
+    def get(self, key: tuple) -> tuple[ByteDFA, int] | None:
+        if (found := self.kept.pop(key, None)) is not None:
+            self.kept[key] = found  # the most recently used
+        return found
+
+    def put(self, key: tuple, product: tuple[ByteDFA, int]) -> None:
+        product[0].transitions.setflags(write=False)
+        product[0].accepting.setflags(write=False)
+        self.kept[key] = product
+        self.bytes += product[0].transitions.nbytes
+        while self.bytes > self.max_bytes:
+            self.bytes -= self.kept.popitem(last=False)[1][0].transitions.nbytes
+
+
+_PRODUCTS = _KeptProducts(32 << 20)
+
+
+def _kept_product(a: ByteDFA, b: ByteDFA, accept: str) -> ByteDFA:
+    """`_product` of ``a`` and ``b`` by ``accept`` (a key of `_ACCEPT`), kept in `_PRODUCTS`: the
+    exclusions of a ``oneOf`` nested n deep take the same differences about 2^n times. A kept
+    one is charged to the budget as if built."""
+    if max(a.num_states, b.num_states) > _BUILT_MAX_STATES:
+        return _product(a, b, _ACCEPT[accept])[0]
+    key = (accept, _digest(a), _digest(b))
+    if (kept := _PRODUCTS.get(key)) is not None:
+        charge_states(kept[1], "a product of two automata")
+        check_time()
+        return kept[0]
+    product = _product(a, b, _ACCEPT[accept])
+    _PRODUCTS.put(key, product)
+    return product[0]
+
+
+def _digest(dfa: ByteDFA) -> bytes:
+    parts = (dfa.transitions.tobytes(), dfa.accepting.tobytes(), int(dfa.start).to_bytes(8, "little"))
+    return hashlib.blake2b(b"".join(parts), digest_size=16).digest()
 
 
 @pausing_gc
-def _product(a: ByteDFA, b: ByteDFA, accept) -> ByteDFA:
+def _product(a: ByteDFA, b: ByteDFA, accept) -> tuple[ByteDFA, int]:
     """The minimal DFA of the reachable pairs of states, accepting per ``accept``, built one
-    breadth-first level at a time over the byte classes of both automata."""
+    breadth-first level at a time over the byte classes of both automata; and the number of
+    pairs (the states charged to the budget)."""
     byte_class, first_byte = byte_classes(np.vstack([a.transitions, b.transitions]))
     moves_a, moves_b = a.transitions[:, first_byte].astype(np.int64), b.transitions[:, first_byte].astype(np.int64)
     width = b.num_states
@@ -446,7 +497,7 @@ def _product(a: ByteDFA, b: ByteDFA, accept) -> ByteDFA:
         done = len(level) + done
     pairs = np.asarray(keys)
     accepting = accept(a.accepting[pairs // width], b.accepting[pairs % width])
-    return minimise(np.concatenate(rows), accepting, start=1, byte_class=byte_class.astype(np.int32))
+    return minimise(np.concatenate(rows), accepting, start=1, byte_class=byte_class.astype(np.int32)), len(keys)
 
 
 def substitute(dfa: ByteDFA, spellings: dict[int, bytes]) -> ByteDFA:
