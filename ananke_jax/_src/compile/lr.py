@@ -170,7 +170,10 @@ def _lalr_analyzer(rules: list[Rule], start: str) -> LALR_Analyzer:
     """lark's LALR analyser of ``rules``, built with `grammar_sets` in place of lark's fixpoint
     for FIRST, FOLLOW and NULLABLE (seconds on the thousands of rules of a large JSON Schema). The
     analyser's constructor calls that function by its module's name, so the name is bound to ours
-    while it runs (the same sets: another thread's lark gets them too)."""
+    while it runs (the same sets: another thread's lark gets them too). A lark without that name
+    builds its own."""
+    if not hasattr(grammar_analysis, "calculate_sets"):
+        return LALR_Analyzer(ParserConf(rules, {}, [start]))
     with _process_wide:
         lark_own = grammar_analysis.calculate_sets
         grammar_analysis.calculate_sets = _lark_sets
