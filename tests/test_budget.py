@@ -168,7 +168,7 @@ def test_a_one_of_nested_ten_deep_builds_each_exclusion_once(monkeypatch):
     n levels, 498 here); kept, each is built once."""
     built = []
     monkeypatch.setattr(rx, "_product", lambda *args, build=rx._product: built.append(1) or build(*args))
-    monkeypatch.setattr(rx, "_PRODUCTS", rx._KeptProducts(32 << 20))  # none kept from other tests
+    monkeypatch.setattr(rx, "_PRODUCTS", rx._Kept(max_bytes=32 << 20))  # none kept from other tests
     with pytest.warns(UserWarning, match="compiled as 'anyOf' for number values: negations nested more than 8 deep"):
         aj.json_schema_to_grammar(_nested_one_of(10))
     assert len(built) <= 10

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
+import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 
@@ -249,8 +250,32 @@ def join(items: list[Node], separator: Node) -> Node:
 # --- compilation -----------------------------------------------------------------------------
 
 
-_BUILT: collections.OrderedDict[Node, ByteDFA] = collections.OrderedDict()  # see `to_dfa`
-_BUILT_ENTRIES, _BUILT_MAX_STATES = 512, 20_000
+class _Kept:
+    """The latest automata built in this process, read-only, each with the states it is charged
+    to the budget when it is taken again (as if built); at most ``max_entries`` of them and
+    ``max_bytes`` of their tables, the least recently used dropped first."""
+
+    def __init__(self, max_entries: float = math.inf, max_bytes: float = math.inf):
+        self.max_entries, self.max_bytes, self.bytes = max_entries, max_bytes, 0
+        self.kept: collections.OrderedDict[object, tuple[ByteDFA, int]] = collections.OrderedDict()
+
+    def get(self, key) -> tuple[ByteDFA, int] | None:
+        if (found := self.kept.pop(key, None)) is not None:  # one equality test of the keys, not two
+            self.kept[key] = found  # the most recently used
+        return found
+
+    def put(self, key, dfa: ByteDFA, states: int) -> None:
+        dfa.transitions.setflags(write=False)
+        dfa.accepting.setflags(write=False)
+        self.kept[key] = (dfa, states)
+        self.bytes += dfa.transitions.nbytes
+        while len(self.kept) > self.max_entries or self.bytes > self.max_bytes:
+            self.bytes -= self.kept.popitem(last=False)[1][0].transitions.nbytes
+
+
+_BUILT_MAX_STATES = 20_000  # the largest automata kept
+_BUILT = _Kept(max_entries=512)  # by regex tree (see `to_dfa`)
+_PRODUCTS = _Kept(max_bytes=32 << 20)  # by operation and operands' digests (see `_kept_product`)
 
 
 @pausing_gc
@@ -270,10 +295,9 @@ def to_dfa(node: Node) -> ByteDFA:
         charge_states(node.dfa.num_states, "a regex's DFA")
         return node.dfa
     charge_states(nfa_size(node), "a regex's NFA")
-    if (dfa := _BUILT.pop(node, None)) is not None:  # one equality test of the trees, not two
-        _BUILT[node] = dfa  # the most recently used
-        charge_states(dfa.num_states, "a regex's DFA")
-        return dfa
+    if (kept := _BUILT.get(node)) is not None:
+        charge_states(kept[1], "a regex's DFA")
+        return kept[0]
     dfa = _joined(node.parts) if isinstance(node, Seq) and any(map(_built_apart, node.parts)) else None
     if dfa is None and isinstance(node, Repeat):
         dfa = _chained(node)
@@ -282,11 +306,7 @@ def to_dfa(node: Node) -> ByteDFA:
         end = builder.state()
         dfa = determinise(builder, Fragment(to_nfa(node, builder, end, {}), end))
     if dfa.num_states <= _BUILT_MAX_STATES:
-        dfa.transitions.setflags(write=False)
-        dfa.accepting.setflags(write=False)
-        _BUILT[node] = dfa
-        if len(_BUILT) > _BUILT_ENTRIES:
-            _BUILT.popitem(last=False)
+        _BUILT.put(node, dfa, dfa.num_states)
     return dfa
 
 
@@ -422,35 +442,10 @@ def difference(a: ByteDFA, b: ByteDFA) -> ByteDFA:
 _ACCEPT = {"and": lambda x, y: x & y, "and not": lambda x, y: x & ~y}
 
 
-class _KeptProducts:
-    """The latest products of automata of at most `_BUILT_MAX_STATES` states, up to ``max_bytes``
-    of tables, read-only, by their operation and operands' digests (see `_kept_product`)."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes, self.bytes = max_bytes, 0
-        self.kept: collections.OrderedDict[tuple, tuple[ByteDFA, int]] = collections.OrderedDict()
-
-    def get(self, key: tuple) -> tuple[ByteDFA, int] | None:
-        if (found := self.kept.pop(key, None)) is not None:
-            self.kept[key] = found  # the most recently used
-        return found
-
-    def put(self, key: tuple, product: tuple[ByteDFA, int]) -> None:
-        product[0].transitions.setflags(write=False)
-        product[0].accepting.setflags(write=False)
-        self.kept[key] = product
-        self.bytes += product[0].transitions.nbytes
-        while self.bytes > self.max_bytes:
-            self.bytes -= self.kept.popitem(last=False)[1][0].transitions.nbytes
-
-
-_PRODUCTS = _KeptProducts(32 << 20)
-
-
 def _kept_product(a: ByteDFA, b: ByteDFA, accept: str) -> ByteDFA:
-    """`_product` of ``a`` and ``b`` by ``accept`` (a key of `_ACCEPT`), kept in `_PRODUCTS`: the
-    exclusions of a ``oneOf`` nested n deep take the same differences about 2^n times. A kept
-    one is charged to the budget as if built."""
+    """`_product` of ``a`` and ``b`` by ``accept`` (a key of `_ACCEPT`), kept in `_PRODUCTS` where
+    both are small: the exclusions of a ``oneOf`` nested n deep take the same differences about
+    2^n times."""
     if max(a.num_states, b.num_states) > _BUILT_MAX_STATES:
         return _product(a, b, _ACCEPT[accept])[0]
     key = (accept, _digest(a), _digest(b))
@@ -458,9 +453,9 @@ def _kept_product(a: ByteDFA, b: ByteDFA, accept: str) -> ByteDFA:
         charge_states(kept[1], "a product of two automata")
         check_time()
         return kept[0]
-    product = _product(a, b, _ACCEPT[accept])
-    _PRODUCTS.put(key, product)
-    return product[0]
+    dfa, pairs = _product(a, b, _ACCEPT[accept])
+    _PRODUCTS.put(key, dfa, pairs)
+    return dfa
 
 
 def _digest(dfa: ByteDFA) -> bytes:
