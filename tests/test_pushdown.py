@@ -558,17 +558,23 @@ def _outcomes_alone(walk, q: int, labels: list[int]) -> set:
 
 
 def test_the_outcome_walk_equals_each_state_and_string_read_alone(sentencepiece_vocab, monkeypatch):
-    """The walk steps each distinct function of a trie level once, not each node; on random
-    (lexer state, token string) pairs of the JSON grammar, its outcomes equal those of the
-    string read byte by byte from the state alone (`_outcomes_alone`)."""
-    from ananke_jax._src.compile import cfg
+    """The walk steps each distinct function once per label in the whole walk, not each node;
+    on random (lexer state, token string) pairs of the JSON grammar, its outcomes equal those of
+    the string read byte by byte from the state alone (`_outcomes_alone`)."""
+    from ananke_jax._src.compile import cfg, outcome_walk
 
-    walks = []
-    real = cfg.walk_outcomes
+    walks, steps = [], []
+    real, remember = cfg.walk_outcomes, outcome_walk._Functions.remember
     monkeypatch.setattr(cfg, "walk_outcomes", lambda *args: walks.append((args, real(*args))) or walks[-1][1])
+    monkeypatch.setattr(outcome_walk._Functions, "remember", lambda self, taken, after: steps.append(taken) or remember(self, taken, after))
     cfg_tables(JSON, sentencepiece_vocab)
     args, walked = walks[0]
     trie, sources = args[2], args[4]
+    # Each step once, though a level of the trie holds thousands of nodes, and its deep levels
+    # many steps, all taken at the levels above.
+    taken = np.concatenate(steps)
+    assert len(np.unique(taken)) == len(taken) and len(taken) < trie.num_nodes // 20, (len(taken), trie.num_nodes)
+    assert len(steps) < len(trie.parents) // 2, (len(steps), len(trie.parents))
     parent = np.concatenate([[-1], *trie.parents])
     label = np.concatenate([[0], *trie.labels])
     node_of = dict(zip(trie.token_ids.tolist(), trie.token_nodes.tolist()))

@@ -46,6 +46,53 @@ def unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(present), (np.cumsum(present) - 1)[keys]
 
 
+class GrownArray:
+    """A 1-D int64 array appended to in place: its room doubles as needed, so n appends of a
+    few values cost O(n) in all (``np.append`` copies the whole array each time)."""
+
+    def __init__(self, values=()):
+        self._data = np.array(values, np.int64).reshape(-1)
+        self._len = len(self._data)
+
+    def __len__(self) -> int:
+        return self._len
+
+    @property
+    def values(self) -> np.ndarray:
+        """int64[len]: the values (a view, valid until the next `extend`)."""
+        return self._data[: self._len]
+
+    def extend(self, values: np.ndarray) -> None:
+        end = self._len + len(values)
+        if end > len(self._data):
+            data = np.empty(max(end, 2 * len(self._data)), np.int64)
+            data[: self._len] = self.values
+            self._data = data
+        self._data[self._len : end] = values
+        self._len = end
+
+
+class SortedMap:
+    """A map from integer keys to int64 values, held as sorted arrays: a lookup is a
+    ``searchsorted``, an insertion an ``np.insert`` (for maps that take a few keys at a time)."""
+
+    def __init__(self, dtype=np.int64):
+        self.keys = np.zeros(0, dtype)
+        self.values = np.zeros(0, np.int64)
+
+    def get(self, keys: np.ndarray, default: int) -> np.ndarray:
+        """int64[N]: the value of each key, ``default`` where absent."""
+        if not len(self.keys):
+            return np.full(len(keys), default, np.int64)
+        at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        return np.where(self.keys[at] == keys, self.values[at], default)
+
+    def insert(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Add ``keys`` (sorted, distinct, none present) with their ``values``."""
+        at = np.searchsorted(self.keys, keys)
+        self.keys, self.values = np.insert(self.keys, at, keys), np.insert(self.values, at, values)
+
+
 def concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """int64[sum(lengths)]: ``starts[i] + arange(lengths[i])`` for every i, concatenated."""
     ends = np.cumsum(lengths)

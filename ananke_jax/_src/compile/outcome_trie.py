@@ -15,7 +15,16 @@ import dataclasses
 
 import numpy as np
 
-from ananke_jax._src.compile.arrays import concatenated_ranges, padded_groups, sorted_unique, stack_padded, unique_first_inverse
+from ananke_jax._src.compile.arrays import (
+    GrownArray,
+    SortedMap,
+    concatenated_ranges,
+    padded_groups,
+    sorted_unique,
+    stack_padded,
+    unique_first_inverse,
+    unique_inverse,
+)
 from ananke_jax._src.compile.automaton import row_groups
 from ananke_jax._src.compile.budget import check_time
 from ananke_jax._src.compile.token_trie import distinct_rows
@@ -60,31 +69,32 @@ class OutcomeTries:
 
 class Paths:
     """Sequences of LR columns, interned: path 0 is empty, path i is path ``parent[i]`` and then
-    column ``column[i]``, ``depth[i]`` columns long."""
+    column ``column[i]``, ``depth[i]`` columns long (int64 arrays, grown in place)."""
 
     def __init__(self, num_columns: int):
         self.num_columns = num_columns
-        self.index: dict[int, int] = {}
-        self.parent, self.column, self.depth = [0], [-1], [0]
+        self._ids = SortedMap()  # of paths 1.., by parent * num_columns + column
+        self._parent, self._column, self._depth = GrownArray([0]), GrownArray([-1]), GrownArray([0])
 
     def __len__(self) -> int:
-        return len(self.parent)
+        return len(self._parent)
+
+    parent = property(lambda self: self._parent.values)
+    column = property(lambda self: self._column.values)
+    depth = property(lambda self: self._depth.values)
 
     def child(self, paths: np.ndarray, columns: np.ndarray) -> np.ndarray:
         """int64[N]: the paths ``paths`` (int64[N]) each extended by its column (all >= 0)."""
         check_time()
-        keys = paths.astype(np.int64) * self.num_columns + columns
-        distinct, _, inverse = unique_first_inverse(keys)
-        ids = np.empty(len(distinct), np.int64)
-        for j, key in enumerate(distinct.tolist()):
-            found = self.index.get(key)
-            if found is None:
-                found = self.index[key] = len(self.parent)
-                parent = key // self.num_columns
-                self.parent.append(parent)
-                self.column.append(key % self.num_columns)
-                self.depth.append(self.depth[parent] + 1)
-            ids[j] = found
+        distinct, inverse = unique_inverse(paths.astype(np.int64) * self.num_columns + columns)
+        ids = self._ids.get(distinct, -1)
+        if (new := ids < 0).any():
+            ids[new] = len(self) + np.arange(new.sum())
+            parent = distinct[new] // self.num_columns
+            self._depth.extend(self.depth[parent] + 1)
+            self._parent.extend(parent)
+            self._column.extend(distinct[new] % self.num_columns)
+            self._ids.insert(distinct[new], ids[new])
         return ids[inverse]
 
     def of_rows(self, columns: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -156,7 +166,7 @@ def _tries(paths, outcome_path, state_outcomes, lexer_after, pending, pending_fr
     final_path = paths.of_rows(stack_padded(final_rows, -1, np.int64), np.array([len(r) for r in final_rows], np.int64))
 
     # Every (state, path) node with its prefixes, numbered breadth first within its state.
-    parent, column, depth = (np.asarray(x, np.int64) for x in (paths.parent, paths.column, paths.depth))
+    parent, column, depth = paths.parent, paths.column, paths.depth
     key = lambda q, path: q.astype(np.int64) * len(parent) + path
     keys = sorted_unique(np.concatenate([key(pair_q, end_path), key(pair_q[look_pair], look_path), key(final_q, final_path)]))
     frontier = keys[keys % len(parent) > 0]

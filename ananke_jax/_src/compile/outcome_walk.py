@@ -5,9 +5,10 @@ From each lexer state, a string's bytes may complete terminals on the way; since
 no priorities, every place where a terminal ends may be a cut or not. A string's *outcome* is one
 way through: the LR columns it completes (ignored terminals left out) and the lexer state after
 its last byte. The walk steps all source states at once. A trie node's *function* is its set of
-rows (source state, lexer state, columns so far); nodes of a level with equal functions act
-alike below them, so the walk steps each distinct function once per label, not each node (most
-nodes share a few functions: the strings inside a string literal, a number, whitespace).
+rows (source state, lexer state, columns so far); nodes with equal functions act alike below
+them, so the walk steps each distinct function once per label, not each node, and once in the
+whole walk, not once per level (most nodes share a few functions: the strings inside a string
+literal, a number, whitespace; below the first few levels almost every step was taken above).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import dataclasses
 import numpy as np
 
 from ananke_jax._src.compile.arrays import (
+    GrownArray,
+    SortedMap,
     balanced_slices,
     concatenated_ranges,
     padded_groups,
@@ -118,10 +121,11 @@ def walk_outcomes(
     start_rows = None if cuts.start_after is None else transitions[cuts.start_after]  # [T + 1, C]
     sequences = Paths(len(cuts.follow))  # the LR columns an outcome completes so far
     alphabet = transitions.shape[1]
+    may_cut = (cuts.columns != NO_CUT).any(axis=1)  # bool[Q]: a terminal ends in the lexer state
 
-    # Rows (source state, lexer state, sequence) packed into int64 keys; a level's rows are kept
-    # function by function, each function's sorted (`offsets` bound them). While a level is
-    # stepped the top field is a step (a function and a label); at the ends, a column.
+    # Rows (source state, lexer state, sequence) packed into int64 keys, kept function by function,
+    # each function's sorted (`_Functions`). While a level is stepped the top field is a step (a
+    # function and a label); at the ends, a column.
     q_bits = max(1, (lexer.num_states - 1).bit_length())
     top_shift = 63 - max(1, trie.num_nodes.bit_length())
     q_shift = top_shift - q_bits
@@ -129,16 +133,14 @@ def walk_outcomes(
     state_mask, seq_mask = (1 << q_bits) - 1, (1 << lex_shift) - 1
     row_mask = (1 << top_shift) - 1
 
-    def step(rows: np.ndarray, offsets: np.ndarray, function: np.ndarray, label: np.ndarray) -> np.ndarray:
-        """The sorted rows of each step s (``label[s]`` read by the rows of ``function[s]``, those
-        of function f being ``rows[offsets[f] : offsets[f + 1]]``)."""
-        lo, hi = offsets[function], offsets[function + 1]
+    def step(rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, label: np.ndarray) -> np.ndarray:
+        """The sorted rows of each step s (``label[s]`` read by ``rows[lo[s] : hi[s]]``)."""
         level = []
         for part in balanced_slices(hi - lo, CHUNK_ROWS):  # a deadline check per slice of a level's rows
             check_time()
             counts = (hi - lo)[part]
             pick = concatenated_ranges(lo[part], counts)
-            top = np.repeat(np.arange(len(function))[part] << top_shift, counts)
+            top = np.repeat(np.arange(len(label))[part] << top_shift, counts)
             read, row = np.repeat(label[part], counts), rows[pick]
             lex = (row >> lex_shift) & state_mask
             kept = row & ((state_mask << q_shift) | seq_mask)  # source state and sequence
@@ -149,12 +151,14 @@ def walk_outcomes(
             # ...or cut after a terminal that ends here and start the next one with this byte,
             # where the grammar lets the next terminal follow the one just cut.
             if cuts.targets is None:
-                pair, slot = np.nonzero(cuts.columns[lex] != NO_CUT)
+                ending = np.flatnonzero(may_cut[lex])
+                pair, slot = np.nonzero(cuts.columns[lex[ending]] != NO_CUT)
+                pair = ending[pair]
             else:  # most cuts of a longest-match lexer are not allowed: only where a target is
                 pair, slot = np.nonzero(cuts.targets[lex, :, read] != DEAD)
             column = cuts.columns[lex[pair], slot]
             seq = row[pair] & seq_mask
-            last = np.asarray(sequences.column)[seq]
+            last = sequences.column[seq]
             new_last = np.where(column >= 0, column, last)
             cut = start_rows[new_last + 1, read[pair]] if cuts.targets is None else cuts.targets[lex[pair], slot, read[pair]]
             fits = (cut != DEAD) & ((column < 0) | (last < 0) | cuts.follow[np.maximum(last, 0), np.maximum(column, 0)])
@@ -173,46 +177,49 @@ def walk_outcomes(
 
     def walk_from(live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The column of each string id and the rows that end strings, walked from the states
-        ``live``; raises `_FrontierOverflow` when a level would hold over `MAX_FRONTIER` rows."""
-        rows = (live << q_shift) | (live << lex_shift)  # those of the root's function
-        offsets = np.array([0, len(rows)])  # of each function's rows
+        ``live``; raises `_FrontierOverflow` when a level, or the functions kept, would hold
+        over `MAX_FRONTIER` rows."""
+        functions = _Functions((live << q_shift) | (live << lex_shift))  # the root's
         node_function = np.zeros(1, np.int64)  # of the previous level's nodes (-1: dead)
-        string_column, ends, num_columns = np.full(num_ids, -1, np.int64), [], 0
+        string_function = np.full(num_ids, -1, np.int64)
         first, offset = 0, 1  # the ids of the previous level's first node and of this level's
         for parents, labels in zip(trie.parents, trie.labels):
             function_of_parent = node_function[parents - first]
             child = np.flatnonzero(function_of_parent >= 0)
             if not len(child):
                 break
-            steps, step_of_child = unique_inverse(function_of_parent[child] * alphabet + labels[child])
-            keys = step(rows, offsets, steps // alphabet, steps % alphabet)
-            # Steps with equal rows are one function of this level.
-            starts = np.flatnonzero(run_starts(keys >> top_shift))
-            hashes = (
-                np.stack([np.add.reduceat(_mixed(keys & row_mask, seed), starts) for seed in _SEEDS])
-                if len(keys)
-                else np.zeros((2, 0), np.uint64)
-            )
-            function_of_live, representative = classes_of_hashes(hashes)
-            function_of_step = np.full(len(steps), -1, np.int64)
-            function_of_step[keys[starts] >> top_shift] = function_of_live
-            sizes = np.diff(np.append(starts, len(keys)))[representative]
-            offsets = np.concatenate([[0], np.cumsum(sizes)])
-            rows = keys[concatenated_ranges(starts[representative], sizes)] & row_mask
+            pairs = function_of_parent[child] * alphabet + labels[child]
+            after = functions.stepped(pairs)
+            if (new := after == _UNKNOWN).any():  # steps not taken at an earlier level
+                steps, step_of_new = unique_inverse(pairs[new])
+                lo, hi = functions.bounds(steps // alphabet)
+                keys = step(functions.rows.values, lo, hi, steps % alphabet)
+                # Steps with equal rows lead to one function.
+                starts = np.flatnonzero(run_starts(keys >> top_shift))
+                hashes = (
+                    np.stack([np.add.reduceat(_mixed(keys & row_mask, seed), starts) for seed in _SEEDS])
+                    if len(keys)
+                    else np.zeros((2, 0), np.uint64)
+                )
+                sizes = np.diff(np.append(starts, len(keys)))
+                function_of_step = np.full(len(steps), -1, np.int64)  # no rows: dead
+                function_of_step[keys[starts] >> top_shift] = functions.found(hashes, keys & row_mask, starts, sizes)
+                functions.remember(steps, function_of_step)
+                after[new] = function_of_step[step_of_new]
             node_function = np.full(len(parents), -1, np.int64)
-            node_function[child] = function_of_step[step_of_child]
-            # The strings that end at this level: a new column per function of theirs.
+            node_function[child] = after
             strings = string_at[offset : offset + len(parents)]
-            ending = np.flatnonzero((strings >= 0) & (node_function >= 0))
-            if len(ending):
-                used, rank = np.unique(node_function[ending], return_inverse=True)
-                string_column[strings[ending]] = num_columns + rank.reshape(-1)
-                lo, hi = offsets[used], offsets[used + 1]
-                column = np.repeat(num_columns + np.arange(len(used)), hi - lo)
-                ends.append((column << top_shift) | rows[concatenated_ranges(lo, hi - lo)])
-                num_columns += len(used)
+            ending = np.flatnonzero(strings >= 0)
+            string_function[strings[ending]] = node_function[ending]
             first, offset = offset, offset + len(parents)
-        return string_column, np.concatenate(ends) if ends else np.zeros(0, np.int64)
+        # A column per function that ends strings.
+        ended = string_function >= 0
+        used, rank = unique_inverse(string_function[ended])
+        string_column = np.full(num_ids, -1, np.int64)
+        string_column[ended] = rank
+        lo, hi = functions.bounds(used)
+        ends = (np.repeat(np.arange(len(used)), hi - lo) << top_shift) | functions.rows.values[concatenated_ranges(lo, hi - lo)]
+        return string_column, ends
 
     # Sources are walked apart from one another, so a walk whose frontier is too large is split
     # in halves; only one from a single state is refused (its strings split too many ways).
@@ -232,7 +239,7 @@ def walk_outcomes(
     pairs = (rows & seq_mask) * lexer.num_states + ((rows >> lex_shift) & state_mask)
     unique_pairs = sorted_unique(pairs)
     seqs, lexer_after = unique_pairs // lexer.num_states, unique_pairs % lexer.num_states
-    terminals, lengths = _materialise(np.asarray(sequences.parent), np.asarray(sequences.column), seqs)
+    terminals, lengths = _materialise(sequences.parent, sequences.column, seqs)
     order = np.lexsort([lexer_after, *terminals.T[::-1]])
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
@@ -246,6 +253,57 @@ def walk_outcomes(
         lengths=lengths[order],
         lexer_after=lexer_after[order].astype(np.int32),
     )
+
+
+_UNKNOWN = -2  # `_Functions.stepped` of a step not taken yet
+
+
+class _Functions:
+    """The distinct functions of one walk, numbered as found, each a sorted run of ``rows``,
+    and the steps between them taken so far: a (function, label) step is taken once, at
+    whatever level it first comes (deep in the trie, almost every step was taken above)."""
+
+    def __init__(self, root_rows: np.ndarray):
+        self.rows = GrownArray(root_rows)
+        self._start, self._size = GrownArray([0]), GrownArray([len(root_rows)])
+        self._by_hash, self._check = SortedMap(np.uint64), GrownArray([0])  # by a function's first hash; its second
+        self._after = SortedMap()  # of each step taken (function * alphabet + label): its function (-1: dead)
+
+    def bounds(self, functions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of ``functions`` (int64[N]): ``rows[lo[i] : hi[i]]``."""
+        lo = self._start.values[functions]
+        return lo, lo + self._size.values[functions]
+
+    def stepped(self, steps: np.ndarray) -> np.ndarray:
+        """int64[N]: the function after each step (-1: dead; `_UNKNOWN`: not taken yet)."""
+        return self._after.get(steps, _UNKNOWN)
+
+    def remember(self, steps: np.ndarray, after: np.ndarray) -> None:
+        """Keep the function after each of ``steps`` (sorted, none taken before)."""
+        self._after.insert(steps, after)
+
+    def found(self, hashes: np.ndarray, rows: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """int64[N]: the function of each of N row sets, by their hashes (uint64[2, N]); new
+        functions are kept (set i: ``rows[starts[i] : starts[i] + sizes[i]]``).
+
+        Raises:
+          _FrontierOverflow: the functions kept would hold over `MAX_FRONTIER` rows.
+        """
+        level_class, representative = classes_of_hashes(hashes)
+        key, check = hashes[0][representative], hashes[1][representative].astype(np.int64)
+        ids = self._by_hash.get(key, -1)
+        known = (ids >= 0) & (self._check.values[np.maximum(ids, 0)] == check)
+        new = representative[~known]
+        ids[~known] = len(self._size) + np.arange(len(new))
+        if len(self.rows) + sizes[new].sum() > MAX_FRONTIER:
+            raise _FrontierOverflow
+        self._start.extend(len(self.rows) + np.cumsum(sizes[new]) - sizes[new])
+        self._size.extend(sizes[new])
+        self.rows.extend(rows[concatenated_ranges(starts[new], sizes[new])])
+        self._check.extend(check[~known])
+        unseen = ~known & (self._by_hash.get(key, -1) < 0)  # (not a first hash shared by another function)
+        self._by_hash.insert(key[unseen], ids[unseen])
+        return ids[level_class]
 
 
 def _mixed(values: np.ndarray, seed: int) -> np.ndarray:
@@ -287,7 +345,7 @@ def _too_ambiguous(sequences: Paths, names: tuple[str, ...]) -> GrammarError:
             path = sequences.parent[path]
         return out[::-1]
 
-    depth = np.asarray(sequences.depth)
+    depth = sequences.depth
     longest = [spelled(int(p)) for p in np.flatnonzero(depth == depth.max())[:_NAMED_SPLITS]]
     overlapping = sorted({name for split in longest for name in split})
     return GrammarError(
