@@ -23,10 +23,18 @@ def sorted_unique(keys: np.ndarray) -> np.ndarray:
     return keys[run_starts(keys)]
 
 
+def stable_order(values: np.ndarray) -> np.ndarray:
+    """int64[N]: ``np.argsort(values, kind="stable")`` of a 1-D integer array, by a radix sort
+    (5x faster) where the values fit 16 bits unsigned, as classes and small ids do."""
+    if len(values) and values.dtype.kind in "iu" and values.min() >= 0 and values.max() < 1 << 16:
+        values = values.astype(np.uint16)
+    return np.argsort(values, kind="stable")
+
+
 def unique_first_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``np.unique(keys, return_index=True, return_inverse=True)`` of a 1-D array, with a
     fraction of its fixed cost (which dominates on small arrays)."""
-    order = np.argsort(keys, kind="stable")
+    order = stable_order(keys)
     ordered = keys[order]
     first = run_starts(ordered)
     inverse = np.empty(len(keys), np.int64)

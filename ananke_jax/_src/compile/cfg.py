@@ -24,7 +24,9 @@ from ananke_jax._src.compile.arrays import (
     pack_bits,
     padded_groups,
     sorted_unique,
+    stable_order,
     unique_first_inverse,
+    unique_inverse,
 )
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc, row_groups
 from ananke_jax._src.compile.budget import charge_bytes, charge_states, check_time
@@ -231,7 +233,7 @@ class _LoopOutcomes:
         width = int(entries.value.max(initial=0)) + 1
         pairs = sorted_unique(entries.row * width + entries.value)
         row, value = pairs // width, pairs % width
-        order = np.argsort(self.value, kind="stable")
+        order = stable_order(self.value)
         lo, hi = np.searchsorted(self.value[order], value), np.searchsorted(self.value[order], value, side="right")
         lines = order[concatenated_ranges(lo, hi - lo)]
         return np.repeat(entries.rows[row], hi - lo), np.repeat(value, hi - lo), outcome_of[self.outcome[lines]]
@@ -243,7 +245,7 @@ class _LoopOutcomes:
         entries = self.columns
         num_loop = entries.num_classes
         loop_class = np.append(entries.class_of_group, -1)[np.minimum(entries.groups.of_id, len(entries.class_of_group))]
-        classes, _, token_class = unique_first_inverse(token_class * (num_loop + 1) + loop_class + 1)
+        classes, token_class = unique_inverse(token_class * (num_loop + 1) + loop_class + 1)
         return token_class, classes // (num_loop + 1), classes % (num_loop + 1) - 1
 
     def sets(self, set_q, set_value, set_id) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -252,7 +254,7 @@ class _LoopOutcomes:
         entries = self.columns
         width = int(max(entries.value.max(initial=0), set_value.max(initial=0))) + 1
         known = set_q * width + set_value
-        order = np.argsort(known, kind="stable")
+        order = stable_order(known)
         state = entries.rows[entries.row]
         return state, entries.klass, _lookup(known[order], set_id[order], state * width + entries.value, EMPTY_SET)
 
@@ -418,7 +420,7 @@ def _mask_parts(class_set: np.ndarray, token_class: np.ndarray, num_sets: int, w
     threshold = max(32, words // 32)
     num_states, num_classes = class_set.shape
     class_size = np.bincount(token_class, minlength=num_classes)
-    by_class = np.argsort(token_class, kind="stable")  # the tokens of each class, contiguous
+    by_class = stable_order(token_class)  # the tokens of each class, contiguous
     class_start = np.cumsum(class_size) - class_size
     states = np.arange(num_states, dtype=np.int64)
     pair_state, pair_set, pair_of, size = _state_set_pairs(class_set, class_size, num_sets)

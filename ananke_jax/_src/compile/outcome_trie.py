@@ -17,7 +17,6 @@ import numpy as np
 
 from ananke_jax._src.compile.arrays import (
     GrownArray,
-    SortedMap,
     concatenated_ranges,
     padded_groups,
     sorted_unique,
@@ -73,7 +72,7 @@ class Paths:
 
     def __init__(self, num_columns: int):
         self.num_columns = num_columns
-        self._ids = SortedMap()  # of paths 1.., by parent * num_columns + column
+        self._ids: dict[int, int] = {}  # of paths 1.., by parent * num_columns + column
         self._parent, self._column, self._depth = GrownArray([0]), GrownArray([-1]), GrownArray([0])
 
     def __len__(self) -> int:
@@ -87,14 +86,14 @@ class Paths:
         """int64[N]: the paths ``paths`` (int64[N]) each extended by its column (all >= 0)."""
         check_time()
         distinct, inverse = unique_inverse(paths.astype(np.int64) * self.num_columns + columns)
-        ids = self._ids.get(distinct, -1)
-        if (new := ids < 0).any():
-            ids[new] = len(self) + np.arange(new.sum())
+        ids = np.array([self._ids.get(key, -1) for key in distinct.tolist()], np.int64)
+        if len(new := np.flatnonzero(ids < 0)):
+            ids[new] = len(self) + np.arange(len(new))
+            self._ids.update(zip(distinct[new].tolist(), ids[new].tolist()))
             parent = distinct[new] // self.num_columns
             self._depth.extend(self.depth[parent] + 1)
             self._parent.extend(parent)
             self._column.extend(distinct[new] % self.num_columns)
-            self._ids.insert(distinct[new], ids[new])
         return ids[inverse]
 
     def of_rows(self, columns: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -235,6 +234,7 @@ def chunk_layout(parents: list[np.ndarray], lanes: int, width: int) -> tuple[np.
 
 def _chunks(parents: np.ndarray, lanes: int) -> list[int]:
     """Greedy chunk starts: up to ``lanes`` consecutive nodes, none the parent of another."""
+    parents = parents.tolist()  # (indexing a list is several times faster than numpy scalars)
     starts, start = [], 0
     while start < len(parents):
         end = start + 1

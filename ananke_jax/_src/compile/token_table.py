@@ -14,7 +14,7 @@ import functools
 
 import numpy as np
 
-from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, pack_bits, run_starts, unique_first_inverse
+from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, pack_bits, run_starts, stable_order, unique_first_inverse
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, row_groups
 from ananke_jax._src.compile.budget import charge_bytes, check_time
 from ananke_jax._src.compile.token_trie import TokenGroups, TokenTrie, classes_of_hashes, single_group, vocabulary_trie
@@ -422,7 +422,7 @@ def _token_runs(classes: StringClasses, class_of_group: np.ndarray, walked_ids: 
     groups, num_classes = classes.groups, classes.columns.shape[1]
     kept = np.ones(len(groups.ids), bool)
     kept[groups.position[classes.walked]] = False
-    by_class = _class_order(classes.of_walked, num_classes)
+    by_class = stable_order(classes.of_walked)
     lengths = np.concatenate([classes.remaining, np.bincount(classes.of_walked, minlength=num_classes), [len(eos_ids)]])
     return TokenRuns(
         ids=np.concatenate([groups.ids[kept], walked_ids[by_class], eos_ids]),
@@ -430,11 +430,6 @@ def _token_runs(classes: StringClasses, class_of_group: np.ndarray, walked_ids: 
         lengths=lengths,
         classes=np.concatenate([class_of_group, np.arange(num_classes + 1)]),
     )
-
-
-def _class_order(class_of_token: np.ndarray, num_classes: int) -> np.ndarray:
-    """int64[V]: the tokens ordered by class, stably (a radix sort where classes fit 16 bits)."""
-    return np.argsort(class_of_token.astype(np.uint16) if num_classes <= 1 << 16 else class_of_token, kind="stable")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -471,7 +466,7 @@ def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray, runs: Toke
     num_tokens, num_classes = len(class_of_token), allowed.shape[1]
     if runs is None:
         sizes = np.bincount(class_of_token, minlength=num_classes)
-        ids = _class_order(class_of_token, num_classes)
+        ids = stable_order(class_of_token)
         runs = TokenRuns(ids, np.cumsum(sizes) - sizes, sizes, np.arange(num_classes))
     sizes = np.bincount(runs.classes, runs.lengths, minlength=num_classes).astype(np.int64)
     # Rows are numbered in lexicographic order with the largest classes first.
@@ -487,7 +482,7 @@ def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray, runs: Toke
     # The runs of each flip's class, then their tokens.
     runs_of_class = np.bincount(runs.classes, minlength=num_classes)
     first_run = np.cumsum(runs_of_class) - runs_of_class
-    flip_runs = _class_order(runs.classes, num_classes)[concatenated_ranges(first_run[flip_class], runs_of_class[flip_class])]
+    flip_runs = stable_order(runs.classes)[concatenated_ranges(first_run[flip_class], runs_of_class[flip_class])]
     run_row = np.repeat(flip_row, runs_of_class[flip_class])
     tokens = runs.ids[concatenated_ranges(runs.starts[flip_runs], runs.lengths[flip_runs])]
     num_words = -(-num_tokens // 32)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, unique_first_inverse
+from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, stable_order, unique_first_inverse
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
 from ananke_jax._src.compile.budget import check_time
 from ananke_jax._src.compile.token_trie import (
@@ -292,7 +292,7 @@ def loop_columns(
     check_time()
     # Pairs (outcome, row) of the same unit state, grouped by outcome; a row's position among the
     # rows of its unit state is its offset in each such group.
-    by_unit = np.argsort(unit_state, kind="stable")
+    by_unit = stable_order(unit_state)
     num_units = loops.language.dfa.num_states
     row_count = np.bincount(unit_state, minlength=num_units)
     row_start = np.cumsum(row_count) - row_count
