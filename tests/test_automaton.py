@@ -4,11 +4,14 @@ byte classes against a direct comparison of columns."""
 import gc
 import re
 
+import hypothesis
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 from ananke_jax._src.compile import automaton
 from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile.arrays import stable_order
 from ananke_jax._src.compile.automaton import Fragment, NFABuilder, byte_classes, minimise, pausing_gc, subset_construction
 from ananke_jax._src.compile.regex import regex_to_dfa
 
@@ -407,3 +410,18 @@ def test_dfa_moves_are_the_maximal_byte_runs_of_each_live_transition(seed):
             assert after is None or after[0] > hi
             covered[lo : hi + 1] = target
         np.testing.assert_array_equal(covered, row)
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.given(
+    st.lists(st.integers(0, 2**62), max_size=300)
+    | st.lists(st.integers(0, 40), max_size=300)
+    | st.lists(st.integers(-(2**40), 2**40), max_size=50),
+    st.sampled_from([np.int64, np.uint64, np.int32]),
+)
+def test_stable_order_is_numpys_stable_argsort(values, dtype):
+    """The helper's digit-by-digit radix sort orders as numpy's stable argsort does, ties included."""
+    if dtype is not np.int64 and any(v < 0 or v >= np.iinfo(dtype).max for v in values):
+        values = [abs(v) % 2**31 for v in values]
+    x = np.array(values, dtype)
+    np.testing.assert_array_equal(stable_order(x), np.argsort(x, kind="stable"))

@@ -24,11 +24,13 @@ def sorted_unique(keys: np.ndarray) -> np.ndarray:
 
 
 def stable_order(values: np.ndarray) -> np.ndarray:
-    """int64[N]: ``np.argsort(values, kind="stable")`` of a 1-D integer array, by a radix sort
-    (5x faster) where the values fit 16 bits unsigned, as classes and small ids do."""
-    if len(values) and values.dtype.kind in "iu" and values.min() >= 0 and values.max() < 1 << 16:
-        values = values.astype(np.uint16)
-    return np.argsort(values, kind="stable")
+    """int64[N]: ``np.argsort(values, kind="stable")`` of a 1-D integer array. Non-negative
+    values under 2^48 are sorted by their 16-bit digits, each a radix sort (numpy sorts 16-bit
+    keys by radix; wider ones by merge sort, 2-5 times slower)."""
+    if not len(values) or values.dtype.kind not in "iu" or values.min() < 0 or (high := int(values.max())) >= 1 << 48:
+        return np.argsort(values, kind="stable")
+    digits = max(1, -(-high.bit_length() // 16))
+    return np.lexsort([((values >> (16 * d)) & 0xFFFF).astype(np.uint16) for d in range(digits)])
 
 
 def unique_first_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
