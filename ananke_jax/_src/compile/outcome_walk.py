@@ -291,7 +291,8 @@ class _Functions:
         """
         level_class, representative = classes_of_hashes(hashes)
         key, check = hashes[0][representative], hashes[1][representative].astype(np.int64)
-        ids = self._by_hash.get(key, -1)
+        listed = self._by_hash.get(key, -1)
+        ids = listed.copy()
         known = (ids >= 0) & (self._check.values[np.maximum(ids, 0)] == check)
         new = representative[~known]
         ids[~known] = len(self._size) + np.arange(len(new))
@@ -301,8 +302,8 @@ class _Functions:
         self._size.extend(sizes[new])
         self.rows.extend(rows[concatenated_ranges(starts[new], sizes[new])])
         self._check.extend(check[~known])
-        unseen = ~known & (self._by_hash.get(key, -1) < 0)  # (not a first hash shared by another function)
-        self._by_hash.insert(key[unseen], ids[unseen])
+        unlisted = listed < 0  # (a new function whose first hash another has is not listed)
+        self._by_hash.insert(key[unlisted], ids[unlisted])
         return ids[level_class]
 
 
