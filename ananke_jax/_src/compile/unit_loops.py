@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from collections.abc import Callable
 
 import numpy as np
 
-from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, stable_order, unique_first_inverse
+from ananke_jax._src.compile.arrays import hash_multipliers, run_starts, stable_order
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
 from ananke_jax._src.compile.budget import check_time
 from ananke_jax._src.compile.token_trie import (
@@ -181,32 +182,45 @@ def token_outcomes(vocab: Vocabulary, language: UnitLanguage) -> TokenOutcomes:
         count[:, level] = read + (stepping & (after == units.start))
         exit_depth[:, level] = np.where(leaving, depth, gone)
         first += len(parents)
-    state, count, exit_depth = (a[:, trie.token_nodes].T.astype(np.int64) for a in (state, count, exit_depth))
+    # The same per unit state and token, int64[A, V]; the remainders numbered token by token.
+    state, count, exit_depth = (a[:, trie.token_nodes].astype(np.int64) for a in (state, count, exit_depth))
     remainder_ids: dict[bytes, int] = {b"": 0}
     remainders = np.full(state.shape, -1, np.int64)
-    exiting, exit_state = np.nonzero(exit_depth)
-    for token, unit_state, token_id in zip(exiting.tolist(), exit_state.tolist(), trie.token_ids[exiting].tolist()):
-        remainders[token, unit_state] = remainder_ids.setdefault(
-            vocab.tokens[token_id][exit_depth[token, unit_state] :], len(remainder_ids)
+    exit_state, exiting = np.nonzero(exit_depth)
+    by_token = np.lexsort((exit_state, exiting))
+    exit_state, exiting = exit_state[by_token], exiting[by_token]
+    for unit_state, token, token_id in zip(exit_state.tolist(), exiting.tolist(), trie.token_ids[exiting].tolist()):
+        remainders[unit_state, token] = remainder_ids.setdefault(
+            vocab.tokens[token_id][exit_depth[unit_state, token] :], len(remainder_ids)
         )
     exits = remainders >= 0
     dies = (state == DEAD) & ~exits
     state[exits] = DEAD
-    # One code per outcome (0: dies), and outcomes numbered by unit state, then code.
+    # One code per outcome (0: dies). Tokens with equal codes from every unit state form a group
+    # (hashed: one token of each is enough to find the outcomes); outcomes are numbered by unit
+    # state, then code, groups by their outcomes in lexicographic order.
     code = 2 + (count * units.num_states + state) * (len(remainder_ids) + 1) + remainders
     code[dies] = 0
-    _, first_token, outcome = unique_first_inverse((np.arange(units.num_states) * (int(code.max()) + 1) + code).ravel())
-    outcome = outcome.reshape(code.shape)
-    token, unit_state = np.divmod(first_token, units.num_states)
-    _, member, group = unique_first_inverse(row_groups(outcome))
+    same, first = classes_of_hashes(hash_multipliers(units.num_states) @ code.astype(np.uint64))
+    keys = np.arange(units.num_states)[:, None] * (int(code.max()) + 1) + code[:, first]
+    by_key = np.lexsort((np.broadcast_to(first, keys.shape).ravel(), keys.ravel()))  # the first token first
+    outcome = np.empty(keys.size, np.int64)
+    starts = run_starts(keys.ravel()[by_key])
+    outcome[by_key] = np.cumsum(starts) - 1
+    unit_state, token = np.divmod(by_key[starts], len(first))
+    token = first[token]
+    outcome = outcome.reshape(keys.shape).T  # [G, A], G in the order of `first`
+    rank = row_groups(outcome)
+    member = np.empty(len(first), np.int64)
+    member[rank] = np.arange(len(first))
     return TokenOutcomes(
-        groups=token_groups(trie, group, vocab.logits_width),
+        groups=token_groups(trie, rank[same], vocab.logits_width),
         outcome=outcome[member],
         unit_state=unit_state,
-        units=count[token, unit_state],
-        ends=state[token, unit_state],
-        remainders=remainders[token, unit_state],
-        dies=dies[token, unit_state],
+        units=count[unit_state, token],
+        ends=state[unit_state, token],
+        remainders=remainders[unit_state, token],
+        dies=dies[unit_state, token],
         remainder_trie=build_trie(list(remainder_ids)[1:], list(range(1, len(remainder_ids)))),
     )
 
@@ -221,7 +235,7 @@ class LoopColumns:
       class_of_group: int64[G], the class of each group (-1: dead from every row).
       num_classes: C, the classes.
       row, klass, value: int64[E] each, the (row index, class, column) entries that do not die,
-        by row then class; every other entry is DEAD.
+        in no set order; every other entry is DEAD.
     """
 
     rows: np.ndarray
@@ -290,49 +304,53 @@ def loop_columns(
         after[1:, remainders.token_ids] = walk(entered, remainders)
 
     check_time()
-    # Pairs (outcome, row) of the same unit state, grouped by outcome; a row's position among the
-    # rows of its unit state is its offset in each such group.
+    # The value of each outcome from each row of its unit state, and the outcome's hash over
+    # those rows, one unit state at a time: int64[O_a, R_a] by outcome, then row in order.
     by_unit = stable_order(unit_state)
     num_units = loops.language.dfa.num_states
-    row_count = np.bincount(unit_state, minlength=num_units)
-    row_start = np.cumsum(row_count) - row_count
-    position = np.empty(len(rows), np.int64)
-    position[by_unit] = np.arange(len(rows)) - row_start[unit_state[by_unit]]
-    group_length = row_count[outcomes.unit_state]
-    group_start = np.cumsum(group_length) - group_length
-    pair_row = by_unit[concatenated_ranges(row_start[outcomes.unit_state], group_length)]
-    pair_outcome = np.repeat(np.arange(len(group_length)), group_length)
-    units, ends, remainder = outcomes.units[pair_outcome], outcomes.ends[pair_outcome], outcomes.remainders[pair_outcome]
-    # Whole units past the base (inside a unit, the first completes it), and that of the unit in
-    # progress (clipped where the token dies).
-    past = units - behind[pair_row]
-    landed = along[base_index[pair_row], np.maximum(past, 0)]
-    in_progress = np.where(past >= 0, loops.unit_target[landed], landed)
-    value = np.where(ends == loops.language.dfa.start, landed, loops.inside[in_progress, ends])
-    exits = np.flatnonzero(remainder >= 0)
-    value[exits] = after[entry[exit_target[landed[exits]]], remainder[exits]]
-    value[outcomes.dies[pair_outcome]] = DEAD
-
-    check_time()
-    # A group's hash: the sum over unit states of its outcome's hash over their rows.
-    outcome_hash = np.zeros((2, len(group_length) + 1), np.uint64)
-    grouped = np.flatnonzero(group_length)
-    weighted = hash_multipliers(len(transitions) + 1)[:, rows[pair_row]] * value.astype(np.uint64)
-    outcome_hash[:, grouped] = np.add.reduceat(weighted, group_start[grouped], axis=1)
-    outcome_live = np.zeros(len(group_length) + 1, bool)
-    outcome_live[pair_outcome[value != DEAD]] = True
+    row_bounds = itertools.pairwise([0, *np.cumsum(np.bincount(unit_state, minlength=num_units)).tolist()])
+    outcome_bounds = itertools.pairwise([0, *np.cumsum(np.bincount(outcomes.unit_state, minlength=num_units)).tolist()])
+    multipliers = hash_multipliers(len(transitions) + 1)
+    outcome_hash = np.zeros((2, len(outcomes.units) + 1), np.uint64)
+    outcome_live = np.zeros(len(outcomes.units) + 1, bool)
+    blocks = []
+    for (row_lo, row_hi), (lo, hi) in zip(row_bounds, outcome_bounds):
+        mine, theirs = by_unit[row_lo:row_hi], slice(lo, hi)
+        value = _values(loops, outcomes, theirs, behind[mine], along[base_index[mine]], exit_target, entry, after)
+        blocks.append((mine, theirs.start, value))
+        outcome_hash[:, theirs] = (value.astype(np.uint64) @ multipliers[:, rows[mine]].T).T
+        outcome_live[theirs] = (value != DEAD).any(axis=1)
+        check_time()
     group_class, representative = classes_of_hashes(outcome_hash[:, outcomes.outcome].sum(axis=2))
     live = outcome_live[outcomes.outcome[representative]].any(axis=1)
     class_of_class = np.where(live, np.cumsum(live) - 1, -1)
     check_time()
     class_outcome = outcomes.outcome[representative[live]]  # [C, A]: each class's outcome from each unit state
-    # The (row, class) entries whose outcome reads on from the row's unit state, by row and class.
-    live_unit, live_class = np.nonzero(outcome_live[class_outcome].T)
-    per_unit = np.bincount(live_unit, minlength=num_units)
-    entry_row = np.repeat(np.arange(len(rows)), per_unit[unit_state])
-    entry_class = live_class[concatenated_ranges(np.cumsum(per_unit)[unit_state] - per_unit[unit_state], per_unit[unit_state])]
-    entry_value = value[group_start[class_outcome[entry_class, unit_state[entry_row]]] + position[entry_row]]
-    kept = entry_value != DEAD
-    return LoopColumns(
-        rows, outcomes.groups, class_of_class[group_class], len(class_outcome), entry_row[kept], entry_class[kept], entry_value[kept]
-    )
+    # The entries of the classes that read on from each unit state, from the rows of that state.
+    entries = []
+    for a, (mine, first, value) in enumerate(blocks):
+        reading = np.flatnonzero(outcome_live[class_outcome[:, a]])
+        block = value[class_outcome[reading, a] - first]
+        klass, row = np.nonzero(block != DEAD)
+        entries.append((mine[row], reading[klass], block[klass, row]))
+    row, klass, value = (np.concatenate(column) for column in zip(*entries))
+    return LoopColumns(rows, outcomes.groups, class_of_class[group_class], len(class_outcome), row, klass, value)
+
+
+def _values(loops, outcomes, theirs: slice, behind, along, exit_target, entry, after) -> np.ndarray:
+    """int64[O, R], the state after each of the outcomes ``theirs`` (all of one unit state) from
+    each of that unit state's R rows (`loop_columns`): ``behind`` int64[R], the units each row
+    is behind its base; ``along`` int64[R, U], the boundary states after its base."""
+    units, ends = outcomes.units[theirs], outcomes.ends[theirs]
+    remainders, dies = outcomes.remainders[theirs], outcomes.dies[theirs]
+    # Whole units past the base (inside a unit, the first completes it).
+    past = units[:, None] - behind
+    landed = np.take_along_axis(along, np.maximum(past, 0).T, axis=1).T
+    value = landed.copy()
+    mid = np.flatnonzero((ends != loops.language.dfa.start) & (ends != DEAD))  # ends inside a unit
+    in_progress = np.where(past[mid] >= 0, loops.unit_target[landed[mid]], landed[mid])
+    value[mid] = loops.inside[in_progress, ends[mid, None]]
+    exits = np.flatnonzero(remainders >= 0)
+    value[exits] = after[entry[exit_target[landed[exits]]], remainders[exits, None]]
+    value[dies] = DEAD
+    return value
