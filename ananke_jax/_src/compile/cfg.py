@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 
 import jax
@@ -156,7 +157,7 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
         parts = [(*walked_sets, np.arange(len(representatives)))]
     else:
         token_class, walked_of_class, loop_of_class = looped.split_classes(token_class)
-        looped_sets = looped.sets(group_q[~is_walked], group_column[~is_walked] - walked.num_columns - 1, set_of_group[~is_walked])
+        looped_sets = looped.sets(set_of_group[~is_walked])
         parts = [(*walked_sets, walked_of_class), (*looped_sets, loop_of_class)]
     class_row, class_set = _class_table(lexer.num_states, parts)
 
@@ -226,17 +227,24 @@ class _LoopOutcomes:
     value: np.ndarray
     outcome: np.ndarray
 
+    @functools.cached_property
+    def _pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The distinct (row, value) pairs of the entries, sorted: their rows and values, the pair
+        of each entry, and the outcomes of each pair's value."""
+        entries = self.columns
+        width = int(entries.value.max(initial=0)) + 1
+        pairs, pair_of_entry = unique_inverse(entries.row * width + entries.value)
+        value = pairs % width
+        return pairs // width, value, pair_of_entry, np.bincount(self.value[self.value < width], minlength=width)[value]
+
     def triples(self, outcome_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(state, value, outcome) for each value in each row and each outcome of that value,
         sorted by row and value; ``outcome_of`` the merged id of each of ``outcomes``."""
-        entries = self.columns
-        width = int(entries.value.max(initial=0)) + 1
-        pairs = sorted_unique(entries.row * width + entries.value)
-        row, value = pairs // width, pairs % width
+        row, value, _, lines = self._pairs
         order = stable_order(self.value)
-        lo, hi = np.searchsorted(self.value[order], value), np.searchsorted(self.value[order], value, side="right")
-        lines = order[concatenated_ranges(lo, hi - lo)]
-        return np.repeat(entries.rows[row], hi - lo), np.repeat(value, hi - lo), outcome_of[self.outcome[lines]]
+        first = np.searchsorted(self.value[order], value)
+        chosen = order[concatenated_ranges(first, lines)]
+        return np.repeat(self.columns.rows[row], lines), np.repeat(value, lines), outcome_of[self.outcome[chosen]]
 
     def split_classes(self, token_class: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Token classes (``token_class``, int[V], those of the walk) split by loop class: the new
@@ -248,15 +256,14 @@ class _LoopOutcomes:
         classes, token_class = unique_inverse(token_class * (num_loop + 1) + loop_class + 1)
         return token_class, classes // (num_loop + 1), classes % (num_loop + 1) - 1
 
-    def sets(self, set_q, set_value, set_id) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(state, loop class, set) of the entries that do not die, from the sets of their
-        (state, value) pairs (``set_q``, ``set_value``, ``set_id``)."""
+    def sets(self, set_id: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(state, loop class, set) of the entries that do not die, from ``set_id``, the set of
+        each (state, value) group of `triples`, in its order."""
+        _, _, pair_of_entry, lines = self._pairs
+        set_of_pair = np.full(len(lines), EMPTY_SET, set_id.dtype)
+        set_of_pair[lines > 0] = set_id
         entries = self.columns
-        width = int(max(entries.value.max(initial=0), set_value.max(initial=0))) + 1
-        known = set_q * width + set_value
-        order = stable_order(known)
-        state = entries.rows[entries.row]
-        return state, entries.klass, _lookup(known[order], set_id[order], state * width + entries.value, EMPTY_SET)
+        return entries.rows[entries.row], entries.klass, set_of_pair[pair_of_entry]
 
 
 def _class_table(num_states: int, parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, np.ndarray]:
