@@ -331,6 +331,25 @@ def test_max_string_length_bounds_strings_the_schema_leaves_unbounded(schema, lo
         assert _walk_bytes(cg, '"\\u00e9\\n\\"\\\\\u00e9"') and not _walk_bytes(cg, '"\\u00e9\\n\\"\\\\\u00e9x"')  # units, not bytes
 
 
+@pytest.mark.parametrize(
+    "string, inside, longer",
+    [
+        ({"type": "string", "maxLength": 1000}, "x" * 1000, "x" * 1001),  # a free string's chain
+        ({"type": "string", "pattern": "^a[a-z]*z$", "maxLength": 2000}, "a" + "b" * 1998 + "z", "a" + "b" * 1999 + "z"),
+    ],
+)
+def test_length_bounds_over_the_budget_are_refused_or_dropped_with_a_warning(string, inside, longer):
+    schema = {"type": "object", "properties": {"s": string}, "required": ["s"]}
+    budget = aj.CompileBudget(max_states=5_000)
+    with pytest.raises(aj.SchemaError, match="max_states=5,000"):
+        aj.compile_json_schema(schema, _BYTES, budget=budget)
+    with pytest.warns(UserWarning, match="'maxLength' at #/properties/s is ignored: .*max_states=5,000"):
+        cg = aj.compile_json_schema(schema, _BYTES, budget=budget, strict=False)
+    assert _walk_bytes(cg, json.dumps({"s": inside})) and _walk_bytes(cg, json.dumps({"s": longer}))
+    if "pattern" in string:  # the pattern still holds
+        assert not _walk_bytes(cg, json.dumps({"s": longer + "a"}))
+
+
 def test_max_string_length_bounds_undeclared_keys():
     schema = {"type": "object", "properties": {"declared_longer": {"type": "integer"}}, "additionalProperties": {"type": "integer"}}
     cg = aj.compile_json_schema(schema, _BYTES, max_string_length=3)

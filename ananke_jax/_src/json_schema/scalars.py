@@ -6,7 +6,7 @@ import json
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.budget import charge_states
-from ananke_jax._src.errors import SchemaError
+from ananke_jax._src.errors import BudgetError, SchemaError
 from ananke_jax._src.json_schema import numbers, strings
 from ananke_jax._src.json_schema.ecma_regex import pattern_node
 from ananke_jax._src.json_schema.formats import format_node
@@ -94,7 +94,20 @@ class Scalars:
         values += self.formats(s, pointer)
         lo = max(counts(s, "minLength", pointer) or [0])
         his = counts(s, "maxLength", pointer)
-        return strings.string_body(lo, min(his) if his else None, values, self.max_string_length)
+        hi = min(his) if his else None
+        if self.strict or (lo, hi) == (0, None):
+            return strings.string_body(lo, hi, values, self.max_string_length)
+        try:  # strict=False: length bounds over the budget are dropped, as unsupported keywords are
+            node = strings.string_body(lo, hi, values, self.max_string_length)
+            charge_states(rx.nfa_size(node), "a length-bounded string's NFA")
+            return node
+        except BudgetError as e:
+            if e.budget != "max_states":
+                raise
+            for keyword in ("minLength", "maxLength"):
+                if keyword in s:
+                    self.unsupported(keyword, f"{e}; the string's length is left unbounded", pointer)
+            return strings.string_body(0, None, values, self.max_string_length)
 
     def formats(self, s: dict, pointer: str) -> list[rx.Node]:
         """The string languages of the formats ``s`` names (unknown ones are `unsupported`)."""
