@@ -350,6 +350,15 @@ def test_length_bounds_over_the_budget_are_refused_or_dropped_with_a_warning(str
         assert not _walk_bytes(cg, json.dumps({"s": longer + "a"}))
 
 
+def test_a_pattern_over_the_budget_is_refused_without_a_warning_about_its_length_bounds():
+    schema = {"type": "string", "pattern": "^(ab{100}){100}$", "maxLength": 20_000}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(aj.SchemaError, match="max_states=5,000"):
+            aj.compile_json_schema(schema, _BYTES, budget=aj.CompileBudget(max_states=5_000), strict=False)
+    assert not [w for w in caught if "maxLength" in str(w.message)]
+
+
 def test_max_string_length_bounds_undeclared_keys():
     schema = {"type": "object", "properties": {"declared_longer": {"type": "integer"}}, "additionalProperties": {"type": "integer"}}
     cg = aj.compile_json_schema(schema, _BYTES, max_string_length=3)

@@ -104,10 +104,11 @@ class Scalars:
         except BudgetError as e:
             if e.budget != "max_states":
                 raise
+            unbounded = strings.string_body(0, None, values, self.max_string_length)  # or the pattern is over it too
             for keyword in ("minLength", "maxLength"):
                 if keyword in s:
                     self.unsupported(keyword, f"{e}; the string's length is left unbounded", pointer)
-            return strings.string_body(0, None, values, self.max_string_length)
+            return unbounded
 
     def formats(self, s: dict, pointer: str) -> list[rx.Node]:
         """The string languages of the formats ``s`` names (unknown ones are `unsupported`)."""
