@@ -188,6 +188,12 @@ LOOPED = {
         },
         "additionalProperties": {"type": "string", "maxLength": 2},
     },
+    # A class of many ranges (some ninety states inside a character, from most of which most
+    # tokens die at once).
+    "number_class_strings": {
+        "type": "object",
+        "properties": {"tag": {"type": "string", "pattern": "^[\\p{N} _.-]*$", "maxLength": 12}, "next": {"$ref": "#"}},
+    },
 }
 
 
@@ -210,6 +216,9 @@ def test_strings_stepped_as_unit_loops_allow_what_spelled_strings_allow(name, re
     if name == "class_bounded_strings":  # arn's characters: no whitespace, and more than [a-z0-9-]
         (language,) = languages
         assert language.dfa.accepts('A\\"é'.encode()) and not language.dfa.accepts(b" ")
+    elif name == "number_class_strings":
+        (language,) = languages
+        assert language.dfa.num_states > 50 and language.dfa.accepts("\u0663 9.".encode()) and not language.dfa.accepts(b"a")
     else:
         assert languages == [strings.string_units()]
     _assert_walks_alike(cg, aj.compile_grammar(spelled, vocab), vocab, seed=3, walks=5, steps=60)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ananke_jax._src.compile.arrays import hash_multipliers, run_starts, stable_order
+from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, run_starts, stable_order
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
 from ananke_jax._src.compile.budget import check_time
 from ananke_jax._src.compile.token_trie import (
@@ -141,7 +141,7 @@ class TokenOutcomes:
       groups: the `TokenGroups` of the strings of the vocabulary trie.
       outcome: int64[G, A], the outcome of each group from each unit state.
       unit_state: int64[O], the unit state of each outcome (ascending).
-      units: int64[O], the whole units read before the token ends or exits.
+      units: int64[O], the whole units read before the token ends or exits (0 where it dies).
       ends: int64[O], the unit state the token ends at (DEAD when it exits or dies).
       remainders: int64[O], what follows the exit byte (-1: no exit; 0: nothing; k > 0: the
         string of id k in ``remainder_trie``).
@@ -162,53 +162,43 @@ class TokenOutcomes:
 @functools.lru_cache(maxsize=32)  # per vocabulary: free strings, and the classes of strings schemas bound
 def token_outcomes(vocab: Vocabulary, language: UnitLanguage) -> TokenOutcomes:
     """The `TokenOutcomes` of ``vocab``'s ordinary tokens for ``language`` (cached): one walk of
-    the vocabulary trie from every unit state at once."""
+    the vocabulary trie from every unit state at once, following only the (unit state, node)
+    pairs still alive (inside a character, most die at once)."""
     trie = vocabulary_trie(vocab)
     units = language.dfa
-    moves = units.transitions.astype(np.int16)
-    # Per node and unit state: the unit state, the units read, and the depth of the exit byte.
-    state = np.zeros((units.num_states, trie.num_nodes), np.int16)
-    count = np.zeros_like(state)
-    exit_depth = np.zeros_like(state)
-    state[:, 0] = np.arange(units.num_states)
-    first = 1
-    for depth, (parents, labels) in enumerate(zip(trie.parents, trie.labels), 1):
-        level = slice(first, first + len(parents))
-        before, read, gone = state[:, parents], count[:, parents], exit_depth[:, parents]
-        leaving = (gone == 0) & (before == units.start) & (labels == language.exit_byte)
-        stepping = (gone == 0) & ~leaving
-        after = np.where(stepping, moves[before, labels], before)
-        state[:, level] = after
-        count[:, level] = read + (stepping & (after == units.start))
-        exit_depth[:, level] = np.where(leaving, depth, gone)
-        first += len(parents)
-    # The same per unit state and token, int64[A, V]; the remainders numbered token by token.
-    state, count, exit_depth = (a[:, trie.token_nodes].astype(np.int64) for a in (state, count, exit_depth))
+    num_units = units.num_states
+    a, token, state, count, exit_depth = _live_token_ends(trie, units, language.exit_byte)
+    # Remainders after the exit byte, numbered token by token.
     remainder_ids: dict[bytes, int] = {b"": 0}
-    remainders = np.full(state.shape, -1, np.int64)
-    exit_state, exiting = np.nonzero(exit_depth)
-    by_token = np.lexsort((exit_state, exiting))
-    exit_state, exiting = exit_state[by_token], exiting[by_token]
-    for unit_state, token, token_id in zip(exit_state.tolist(), exiting.tolist(), trie.token_ids[exiting].tolist()):
-        remainders[unit_state, token] = remainder_ids.setdefault(
-            vocab.tokens[token_id][exit_depth[unit_state, token] :], len(remainder_ids)
-        )
-    exits = remainders >= 0
-    dies = (state == DEAD) & ~exits
-    state[exits] = DEAD
-    # One code per outcome (0: dies). Tokens with equal codes from every unit state form a group
-    # (hashed: one token of each is enough to find the outcomes); outcomes are numbered by unit
-    # state, then code, groups by their outcomes in lexicographic order.
-    code = 2 + (count * units.num_states + state) * (len(remainder_ids) + 1) + remainders
-    code[dies] = 0
-    same, first = classes_of_hashes(hash_multipliers(units.num_states) @ code.astype(np.uint64))
-    keys = np.arange(units.num_states)[:, None] * (int(code.max()) + 1) + code[:, first]
+    remainders = np.full(len(a), -1, np.int64)
+    exiting = np.flatnonzero(exit_depth)
+    exiting = exiting[np.lexsort((a[exiting], token[exiting]))]
+    for k, token_id, depth in zip(exiting.tolist(), trie.token_ids[token[exiting]].tolist(), exit_depth[exiting].tolist()):
+        remainders[k] = remainder_ids.setdefault(vocab.tokens[token_id][depth:], len(remainder_ids))
+    state[exiting] = DEAD
+    # One code per outcome (0: dies, as every pair not listed). Tokens with equal codes from every
+    # unit state form a group (hashed: one token of each is enough to find the outcomes); outcomes
+    # are numbered by unit state, then code, groups by their outcomes in lexicographic order.
+    code = 2 + (count * num_units + state) * (len(remainder_ids) + 1) + remainders
+    hashes = np.zeros((2, len(trie.token_ids)), np.uint64)
+    for row, weights in zip(hashes, hash_multipliers(num_units)):
+        np.add.at(row, token, weights[a] * code.astype(np.uint64))
+    same, first = classes_of_hashes(hashes)
+    # The codes (and what they stand for) of one token of each group, [A, G].
+    listed = np.full(len(trie.token_ids), -1, np.int64)
+    listed[first] = np.arange(len(first))
+    mine = np.flatnonzero(listed[token] >= 0)
+    where = (a[mine], listed[token[mine]])
+    rep_code, rep_count, rep_state = (np.zeros((num_units, len(first)), np.int64) for _ in range(3))
+    rep_remainder = np.full((num_units, len(first)), -1, np.int64)
+    for table, values in ((rep_code, code), (rep_count, count), (rep_state, state), (rep_remainder, remainders)):
+        table[where] = values[mine]
+    keys = np.arange(num_units)[:, None] * (int(code.max(initial=0)) + 1) + rep_code
     by_key = np.lexsort((np.broadcast_to(first, keys.shape).ravel(), keys.ravel()))  # the first token first
     outcome = np.empty(keys.size, np.int64)
     starts = run_starts(keys.ravel()[by_key])
     outcome[by_key] = np.cumsum(starts) - 1
-    unit_state, token = np.divmod(by_key[starts], len(first))
-    token = first[token]
+    unit_state, group = np.divmod(by_key[starts], len(first))
     outcome = outcome.reshape(keys.shape).T  # [G, A], G in the order of `first`
     rank = row_groups(outcome)
     member = np.empty(len(first), np.int64)
@@ -217,12 +207,47 @@ def token_outcomes(vocab: Vocabulary, language: UnitLanguage) -> TokenOutcomes:
         groups=token_groups(trie, rank[same], vocab.logits_width),
         outcome=outcome[member],
         unit_state=unit_state,
-        units=count[unit_state, token],
-        ends=state[unit_state, token],
-        remainders=remainders[unit_state, token],
-        dies=dies[unit_state, token],
+        units=rep_count[unit_state, group],
+        ends=rep_state[unit_state, group],
+        remainders=rep_remainder[unit_state, group],
+        dies=rep_code[unit_state, group] == 0,
         remainder_trie=build_trie(list(remainder_ids)[1:], list(range(1, len(remainder_ids)))),
     )
+
+
+def _live_token_ends(trie: TokenTrie, units: ByteDFA, exit_byte: int) -> tuple[np.ndarray, ...]:
+    """The (unit state, token) pairs where a token does not die from that unit state, int64[P]
+    each: the unit state, the token (its index in the trie), the unit state it ends at, the whole
+    units it reads, and the depth of its exit byte (0: none; the state is then that at the exit)."""
+    a = np.arange(1, units.num_states)  # from the dead state every token dies
+    node = np.zeros(len(a), np.int64)  # level-local positions
+    state, count, exit_depth = a.copy(), np.zeros(len(a), np.int64), np.zeros(len(a), np.int64)
+    found, first = [], 1
+    for depth, (starts, labels) in enumerate(zip(trie.child_starts, trie.labels), 1):
+        children = starts[node + 1] - starts[node]
+        node = concatenated_ranges(starts[node], children)
+        a, state, count, exit_depth = (np.repeat(x, children) for x in (a, state, count, exit_depth))
+        label = labels[node]
+        leaving = (exit_depth == 0) & (state == units.start) & (label == exit_byte)
+        stepping = (exit_depth == 0) & ~leaving
+        state = np.where(stepping, units.transitions[state, label], state)
+        count = count + (stepping & (state == units.start))
+        exit_depth = np.where(leaving, depth, exit_depth)
+        alive = state != DEAD
+        a, node, state, count, exit_depth = a[alive], node[alive], state[alive], count[alive], exit_depth[alive]
+        found.append((a, first + node, state, count, exit_depth))
+        first += len(labels)
+    a, node, state, count, exit_depth = (np.concatenate(x) for x in zip(*found))
+    # The pairs of the tokens that end at those nodes: the first of each node, then the others
+    # spelled alike.
+    firsts, others, other_nodes = trie.node_strings
+    ending = np.flatnonzero(firsts[node] >= 0)
+    by_node = stable_order(node)
+    lo, hi = np.searchsorted(node[by_node], other_nodes), np.searchsorted(node[by_node], other_nodes, side="right")
+    alike = by_node[concatenated_ranges(lo, hi - lo)]
+    pairs = np.concatenate([ending, alike])
+    token = np.concatenate([firsts[node[ending]], np.repeat(others, hi - lo)])
+    return a[pairs], token, state[pairs], count[pairs], exit_depth[pairs]
 
 
 @dataclasses.dataclass(frozen=True)
