@@ -268,7 +268,7 @@ def _units_automaton(node: rx.Node, expanded: Callable[[ByteDFA], ByteDFA]) -> t
     candidates = [(placeheld, strings.string_units())] if placeheld != node else []
     if (classes := strings.with_placeholder_class(node)) is not None:
         candidates.append(classes)
-    for tree, language in candidates:
+    for tree, language in sorted(candidates, key=lambda candidate: rx.nfa_size(candidate[0])):  # the smaller first
         dfa = expanded(rx.to_dfa(tree))
         loops = expand_unit_loops(dfa, language)
         if loops is not None and loops[1] is not None:
