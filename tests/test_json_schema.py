@@ -719,7 +719,7 @@ def test_strings_of_one_set_of_code_points_share_one_class_unit():
 
     def unit(pattern: str, bounds=(0, 12)) -> strings.ClassUnit:
         body = strings.string_body(*bounds, [pattern_node(pattern)])
-        (leaf,) = [leaf for leaf in rx.leaves(body.source) if isinstance(leaf, strings.ClassUnit)]
+        (leaf,) = [leaf for leaf in rx.leaves(body) if isinstance(leaf, strings.ClassUnit)]
         return leaf
 
     slug = unit("^[a-z0-9-]*$")

@@ -113,7 +113,8 @@ def _string_body(min_length: int, max_length: int | None, values: tuple[rx.Node,
         if (repeated := _code_points_repeated(dfa)) is not None:
             unit, lo = repeated
             node = rx.repeat(class_unit(unit), max(min_length, lo), max_length)
-            return rx.Automaton(rx.to_dfa(node), source=node)
+            charge_states(rx.nfa_size(node), "a length-bounded string's automaton")  # built where spelled out
+            return node
         dfa = rx.intersect(dfa, _canonical_length_dfa(min_length, max_length))
     return rx.Automaton(dfa) if dfa.start else rx.NOTHING
 
@@ -248,22 +249,26 @@ def class_unit(unit: ByteDFA) -> ClassUnit:
 
 
 def with_placeholder_class(node: rx.Node) -> tuple[rx.Node, UnitLanguage] | None:
-    """``node`` with one `CLASS_BYTE` for each character of its class-bounded strings (automata
-    whose source repeats a `ClassUnit`) of one class, and that class's language; None where it
+    """``node`` with one `CLASS_BYTE` for each character of its class-bounded strings (repeats
+    of a `ClassUnit`) of one class, and that class's language; None where it
     has none. Of several classes, the one whose loops would hold the most states (characters
     times the states of a character) is chosen; the others stay spelled out."""
 
     def repeated_unit(subtree) -> ClassUnit | None:
-        source = subtree.source if isinstance(subtree, rx.Automaton) else None
-        return source.body if isinstance(source, rx.Repeat) and isinstance(source.body, ClassUnit) else None
+        return subtree.body if isinstance(subtree, rx.Repeat) and isinstance(subtree.body, ClassUnit) else None
 
     held = collections.Counter()
-    for leaf in rx.leaves(node):
-        if (unit := repeated_unit(leaf)) is not None:
-            held[unit] += (leaf.source.hi or leaf.source.lo + 1) * (unit.language.dfa.num_states - 1)
+
+    def count(subtree) -> rx.Node | None:  # visits each subtree once, as `rx.rewrite` rewrites it
+        if (unit := repeated_unit(subtree)) is None:
+            return None
+        held[unit] += (subtree.hi or subtree.lo + 1) * (unit.language.dfa.num_states - 1)
+        return subtree
+
+    rx.rewrite(node, count)
     if not held:
         return None
     chosen = held.most_common(1)[0][0]
     placeholder = rx.single_byte(CLASS_BYTE)
-    tree = rx.rewrite(node, lambda n: rx.repeat(placeholder, n.source.lo, n.source.hi) if repeated_unit(n) is chosen else None)
+    tree = rx.rewrite(node, lambda n: rx.repeat(placeholder, n.lo, n.hi) if repeated_unit(n) is chosen else None)
     return tree, chosen.language
