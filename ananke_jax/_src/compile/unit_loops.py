@@ -222,7 +222,7 @@ def _live_token_ends(trie: TokenTrie, units: ByteDFA, exit_byte: int) -> tuple[n
     a = np.arange(1, units.num_states)  # from the dead state every token dies
     node = np.zeros(len(a), np.int64)  # level-local positions
     state, count, exit_depth = a.copy(), np.zeros(len(a), np.int64), np.zeros(len(a), np.int64)
-    found, first = [], 1
+    found, first = [(np.zeros(0, np.int64),) * 5], 1  # no token ends at the root
     for depth, (starts, labels) in enumerate(zip(trie.child_starts, trie.labels), 1):
         children = starts[node + 1] - starts[node]
         node = concatenated_ranges(starts[node], children)
