@@ -230,7 +230,7 @@ class _LoopOutcomes:
     @functools.cached_property
     def _pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The distinct (row, value) pairs of the entries, sorted: their rows and values, the pair
-        of each entry, and the outcomes of each pair's value."""
+        of each entry, and the number of outcomes of each pair's value."""
         entries = self.columns
         width = int(entries.value.max(initial=0)) + 1
         pairs, pair_of_entry = unique_inverse(entries.row * width + entries.value)

@@ -188,21 +188,26 @@ def star(body: Node) -> Node:
     return repeat(body, 0, None)
 
 
-def leaves(node) -> Iterator:
-    """The nodes under ``node`` that are not `Seq`, `Alt`, `Repeat` or `Interleave`, each node
-    object visited once (trees share subtrees as DAGs)."""
+def subtrees(node) -> Iterator:
+    """``node`` and the nodes under it, each node object visited once (trees share subtrees as
+    DAGs)."""
     seen, todo = set(), [node]
     while todo:
         n = todo.pop()
         if id(n) in seen:
             continue
         seen.add(id(n))
+        yield n
         if isinstance(n, (Seq, Alt, Interleave)):
             todo += n.parts
         elif isinstance(n, Repeat):
             todo.append(n.body)
-        else:
-            yield n
+
+
+def leaves(node) -> Iterator:
+    """The nodes under ``node`` that are not `Seq`, `Alt`, `Repeat` or `Interleave`, each node
+    object visited once."""
+    return (n for n in subtrees(node) if not isinstance(n, (Seq, Alt, Repeat, Interleave)))
 
 
 def rewrite(node, fn: Callable) -> Node:

@@ -218,7 +218,8 @@ def token_outcomes(vocab: Vocabulary, language: UnitLanguage) -> TokenOutcomes:
 def _live_token_ends(trie: TokenTrie, units: ByteDFA, exit_byte: int) -> tuple[np.ndarray, ...]:
     """The (unit state, token) pairs where a token does not die from that unit state, int64[P]
     each: the unit state, the token (its index in the trie), the unit state it ends at, the whole
-    units it reads, and the depth of its exit byte (0: none; the state is then that at the exit)."""
+    units it reads, and the depth of its exit byte (0: none; where there is one, the state is
+    that at the exit)."""
     a = np.arange(1, units.num_states)  # from the dead state every token dies
     node = np.zeros(len(a), np.int64)  # level-local positions
     state, count, exit_depth = a.copy(), np.zeros(len(a), np.int64), np.zeros(len(a), np.int64)
@@ -305,7 +306,7 @@ def loop_columns(
     """
     outcomes = token_outcomes(vocab, loops.language)
     rows, unit_state, base, behind = loops.rows
-    num_states, max_units = len(loops.unit_target), int(outcomes.units.max())
+    num_states, max_units = len(loops.unit_target), int(outcomes.units.max(initial=0))
     transitions = transitions[:num_states]  # without states appended after the expansion
     # along[i, u]: the boundary state u units after the i-th base (DEAD: none).
     bases, base_index = np.unique(base, return_inverse=True)

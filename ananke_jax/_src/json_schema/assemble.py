@@ -261,9 +261,10 @@ def _terminal_automaton(node: rx.Node, gap_run: int | None) -> tuple[ByteDFA, Un
 
 
 def _units_automaton(node: rx.Node, expanded: Callable[[ByteDFA], ByteDFA]) -> tuple[ByteDFA, UnitLanguage | None]:
-    """Free and length-bounded strings as placeholders where ``node`` has such strings, else the
-    strings of one set of code points under length bounds (`strings.with_placeholder_class`);
-    the others, and these where they do not loop, spelled out."""
+    """Free and length-bounded strings as placeholders (`strings.with_placeholder_units`), or the
+    strings of one set of code points under length bounds (`strings.with_placeholder_class`),
+    whichever leaves the smaller NFA and loops; the others, and all where neither loops, spelled
+    out."""
     placeheld = strings.with_placeholder_units(node)
     candidates = [(placeheld, strings.string_units())] if placeheld != node else []
     if (classes := strings.with_placeholder_class(node)) is not None:
@@ -279,7 +280,7 @@ def _units_automaton(node: rx.Node, expanded: Callable[[ByteDFA], ByteDFA]) -> t
 def _has_automaton(node) -> bool:
     """Whether printing ``node`` turns an automaton into a regex (slow on large ones)."""
     if isinstance(node, rx.Automaton):
-        return node.source is None
+        return node.source is None and not isinstance(node, strings.ClassUnit)  # one character: small
     if isinstance(node, rx.Interleave):
         return True
     if isinstance(node, rx.Repeat):

@@ -258,14 +258,9 @@ def with_placeholder_class(node: rx.Node) -> tuple[rx.Node, UnitLanguage] | None
         return subtree.body if isinstance(subtree, rx.Repeat) and isinstance(subtree.body, ClassUnit) else None
 
     held = collections.Counter()
-
-    def count(subtree) -> rx.Node | None:  # visits each subtree once, as `rx.rewrite` rewrites it
-        if (unit := repeated_unit(subtree)) is None:
-            return None
-        held[unit] += (subtree.hi or subtree.lo + 1) * (unit.language.dfa.num_states - 1)
-        return subtree
-
-    rx.rewrite(node, count)
+    for subtree in rx.subtrees(node):
+        if (unit := repeated_unit(subtree)) is not None:
+            held[unit] += (subtree.hi or subtree.lo + 1) * (unit.language.dfa.num_states - 1)
     if not held:
         return None
     chosen = held.most_common(1)[0][0]
