@@ -159,6 +159,25 @@ def test_a_schema_split_into_small_terminals_allows_what_its_token_dfa_allows(na
             state, reference = _advance(split, state, token), _advance(whole, reference, token)
 
 
+def test_bounded_repeats_of_large_bodies_are_counted_by_rules(sentencepiece_vocab, sentencepiece_encode):
+    """An array of 2 to 30 objects split into terminals of 40 NFA states: the items are counted
+    by a left-recursive chain of rules, not spelled out as copies in one terminal, nor nested
+    as optionals that take a stack entry each (a stack of 12 holds 30 items). Masks equal the
+    token DFA's along random walks, and the bounds hold token by token."""
+    item = {"type": "object", "properties": {"k": {"enum": [1, 22]}, "v": {"type": "boolean"}}, "required": ["k"]}
+    schema = {"type": "array", "items": item, "minItems": 2, "maxItems": 30}
+    rules = json_schema_rules(schema, whitespace="compact")
+    grammar = to_grammar(rules, set(), max_terminal=40)
+    assert max(rx.nfa_size(rx.Automaton(t.dfa)) for t in grammar.terminals) < 40
+    split = compile_in_pieces(rules, sentencepiece_vocab, 40, stack_depth=12, max_configs=4)
+    whole = aj.compile_json_schema(schema, sentencepiece_vocab, whitespace="compact")
+    assert isinstance(split, aj.PushdownGrammar) and isinstance(whole, aj.RegularGrammar)
+    _assert_walks_alike(split, whole, sentencepiece_vocab, seed=3, walks=8, steps=40)
+    for count in (1, 2, 3, 30, 31):
+        text = json.dumps([{"k": 22, "v": True}] * count, separators=(",", ":"))
+        assert _token_walk(split, sentencepiece_encode(text)) == (2 <= count <= 30), text
+
+
 LOOPED = {
     "bounded_strings_in_a_tree": {
         "type": "object",

@@ -10,6 +10,7 @@ loops).
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable
@@ -71,7 +72,9 @@ def inline(rules: Rules, keep: set[str]) -> dict[str, rx.Node]:
     return {name: rx.map_leaves(rules.bodies[name], substitute) for name in roots}
 
 
+_SPLIT = (rx.Seq, rx.Alt, rx.Repeat, rx.Interleave)  # nodes whose pieces can be rules
 MAX_TERMINAL_STATES = 2_000  # the pieces of a language without recursion too large for one DFA
+_COUNTED_BODY = 1 / 16  # of max_terminal: a bounded repeat of a larger body is counted by rules
 
 
 def to_grammar(
@@ -86,7 +89,7 @@ def to_grammar(
 ) -> Grammar:
     """The IR: kept rules as nonterminals, reference-free pieces as terminals (with DFAs), each
     estimated (`rx.nfa_size`) within ``max_terminal`` NFA states unless it is one leaf or a
-    bounded repeat of a small body.
+    bounded repeat of a small body; a bounded repeat of a larger one is counted by rules.
 
     A terminal built from automata gets its regex text (by state elimination, which can be slow
     on large automata) only when ``printable``; otherwise the text just names its size. A grammar
@@ -123,7 +126,7 @@ class _Writer:
         for name, body in self.bodies.items():
             self.define(self.names[name], body)
         if charge_total:
-            charge_states(int(sum(map(self.size, self.terminals))), "the grammar's terminals' NFAs, together,")
+            charge_states(int(sum(map(_built_size, self.terminals))), "the grammar's terminals' NFAs, together,")
         terminals = tuple(self.terminal_def(node, name) for node, name in self.terminals.items())
         return Grammar(tuple(self.rules), terminals, self.names[self.start])
 
@@ -166,6 +169,8 @@ class _Writer:
             return [self.interleaving(node)]
         if isinstance(node, rx.Repeat):
             body = self.symbols(node.body)
+            if node.hi is not None and node.hi - node.lo > 1:
+                return [self.counted(body, node.lo, node.hi)]
             out = body * node.lo
             if node.hi is None:
                 loop = self.helper()
@@ -178,6 +183,23 @@ class _Writer:
                 tail = [optional]
             return out + tail
         raise TypeError(f"not a rule body node: {node!r}")
+
+    def counted(self, body: list[str], lo: int, hi: int) -> str:
+        """A nonterminal of ``lo`` to ``hi`` copies of ``body``, counted by a left-recursive chain
+        (``C1 -> B``, ``C(k+1) -> Ck B``): the stack stays as deep as for one copy, where nested
+        optionals would take an entry per copy."""
+        if len(body) == 1:
+            unit = body
+        else:
+            unit = [self.helper()]
+            self.rules.append(Rule(unit[0], tuple(body)))
+        chain = [self.helper() for _ in range(hi)]
+        self.rules.append(Rule(chain[0], tuple(unit)))
+        self.rules += [Rule(after, (before, *unit)) for before, after in itertools.pairwise(chain)]
+        whole = self.helper()
+        self.rules += [Rule(whole, ())] if lo == 0 else []
+        self.rules += [Rule(whole, (chain[k - 1],)) for k in range(max(lo, 1), hi + 1)]
+        return whole
 
     def interleaving(self, node: rx.Interleave) -> str:
         """A nonterminal of ``node`` whose items recurse: one helper per hub (`interleave.hubs`)
@@ -207,11 +229,12 @@ class _Writer:
 
     def whole(self, node) -> bool:
         """Whether ``node`` is one terminal: it has no reference and is within ``max_terminal``,
-        or cannot be split (a leaf), or its pieces would be copies (a bounded repeat of a small
-        body: copies in a rule, and nested optionals that take a stack entry each)."""
-        if self.small(node) or not isinstance(node, (rx.Seq, rx.Alt, rx.Repeat, rx.Interleave)):
+        or cannot be split (a leaf), or it is a bounded repeat of a body so small (a string's
+        characters, a pattern's pieces) that rules counting its copies (`counted`) would cost more
+        than the copies in one automaton."""
+        if self.small(node) or not isinstance(node, _SPLIT):
             return True
-        return isinstance(node, rx.Repeat) and node.hi is not None and self.small(node.body)
+        return isinstance(node, rx.Repeat) and node.hi is not None and self.small(node.body, (1 - _COUNTED_BODY) * self.max_terminal)
 
     def small(self, node, beside: float = 0.0) -> bool:
         """Whether ``node`` has no reference and, with ``beside`` states more, is within
@@ -275,6 +298,15 @@ def _units_automaton(node: rx.Node, expanded: Callable[[ByteDFA], ByteDFA]) -> t
         if loops is not None and loops[1] is not None:
             return dfa, language
     return expanded(rx.to_dfa(node)), None
+
+
+def _built_size(node: rx.Node) -> float:
+    """``node``'s NFA estimate as `_units_automaton` builds it: its strings' characters as
+    placeholders where that is smaller."""
+    trees = [node, strings.with_placeholder_units(node)]
+    if (classes := strings.with_placeholder_class(node)) is not None:
+        trees.append(classes[0])
+    return min(map(rx.nfa_size, trees))
 
 
 def _has_automaton(node) -> bool:
