@@ -8,6 +8,7 @@ the pushdown engine.
 import itertools
 import json
 import random
+import re
 import warnings
 
 import jax
@@ -348,6 +349,26 @@ def test_length_bounds_over_the_budget_are_refused_or_dropped_with_a_warning(str
     assert _walk_bytes(cg, json.dumps({"s": inside})) and _walk_bytes(cg, json.dumps({"s": longer}))
     if "pattern" in string:  # the pattern still holds
         assert not _walk_bytes(cg, json.dumps({"s": longer + "a"}))
+
+
+def test_not_strict_drops_length_bounds_that_make_a_pattern_large():
+    """A pattern of some forty states under bounds of hundreds of code points takes an automaton
+    of about their product: ``strict=True`` builds it, ``strict=False`` leaves the length
+    unbounded with a warning (XGrammar drops length bounds beside every pattern)."""
+    arn = {"type": "string", "pattern": "^arn:aws:[a-z0-9-]+:[a-z0-9-]*:[0-9]{12}:.+$", "minLength": 30, "maxLength": 300}
+    schema = {"type": "object", "properties": {"arn": arn}, "required": ["arn"]}
+    inside, longer = "arn:aws:s3:eu-west-1:123456789012:" + "x" * 266, "arn:aws:s3:eu-west-1:123456789012:" + "x" * 267
+    short, wrong = "arn:aws:s3::123456789012:x", "arn:aws:s3:eu-west-1:12345:" + "x" * 10
+    exact = aj.compile_json_schema(schema, _BYTES)
+    assert _walk_bytes(exact, json.dumps({"arn": inside})) and not _walk_bytes(exact, json.dumps({"arn": longer}))
+    assert not _walk_bytes(exact, json.dumps({"arn": short}))
+    with pytest.warns(UserWarning) as caught:
+        relaxed = aj.compile_json_schema(schema, _BYTES, strict=False)
+    for keyword in ("minLength", "maxLength"):
+        pattern = rf"'{keyword}' at #/properties/arn is ignored: .* about [\d,]+ states \(over 8,192\)"
+        assert [w for w in caught if re.match(pattern, str(w.message))], keyword
+    assert all(_walk_bytes(relaxed, json.dumps({"arn": text})) for text in (inside, longer, short))
+    assert not _walk_bytes(relaxed, json.dumps({"arn": wrong}))  # the pattern still holds
 
 
 def test_a_pattern_over_the_budget_is_refused_without_a_warning_about_its_length_bounds():

@@ -132,9 +132,10 @@ def compile_json_schema(
         warning (the relaxation is named in the message), and compiles a root schema without
         ``type`` that uses the keywords of one type only (``properties``, say) as that type, as
         XGrammar does (JSON Schema allows values of every type there); a string's ``minLength``
-        and ``maxLength`` whose automaton is over the budget's ``max_states`` are dropped with a
-        warning, the string then bounded by ``max_string_length`` alone (XGrammar drops them next
-        to any ``pattern``). Either way, a ``oneOf`` whose branches
+        and ``maxLength`` whose automaton is over the budget's ``max_states``, or that take more
+        than 8,192 states with a ``pattern`` or ``format`` (their product), are
+        dropped with a warning, the string then bounded by ``max_string_length`` alone (XGrammar
+        drops them next to any ``pattern``). Either way, a ``oneOf`` whose branches
         overlap where their difference cannot be compiled exactly (see docs/guide.md, JSON Schema) is compiled as
         ``anyOf`` for those JSON types, with a warning.
       allow_additional: objects that describe their keys (``properties``, ``patternProperties``

@@ -97,18 +97,28 @@ class Scalars:
         hi = min(his) if his else None
         if self.strict or (lo, hi) == (0, None):
             return strings.string_body(lo, hi, values, self.max_string_length)
-        try:  # strict=False: length bounds over the budget are dropped, as unsupported keywords are
+        # strict=False: length bounds that make a large automaton are dropped, as unsupported keywords are
+        product = strings.length_product_states(lo, hi, values)
+        if product > strings.MAX_LENGTH_PRODUCT_STATES:
+            reason = f"bounding the pattern's strings takes an automaton of about {product:,} states (over {strings.MAX_LENGTH_PRODUCT_STATES:,})"
+            return self.unbounded(s, pointer, values, reason)
+        try:
             node = strings.string_body(lo, hi, values, self.max_string_length)
             charge_states(rx.nfa_size(node), "a length-bounded string's NFA")
             return node
         except BudgetError as e:
             if e.budget != "max_states":
                 raise
-            unbounded = strings.string_body(0, None, values, self.max_string_length)  # or the pattern is over it too
-            for keyword in ("minLength", "maxLength"):
-                if keyword in s:
-                    self.unsupported(keyword, f"{e}; the string's length is left unbounded", pointer)
-            return unbounded
+            return self.unbounded(s, pointer, values, str(e))
+
+    def unbounded(self, s: dict, pointer: str, values: list[rx.Node], reason: str) -> rx.Node:
+        """The string body of ``values`` with ``s``'s length keywords dropped (`unsupported`,
+        for ``reason``); it raises where the pattern is over the budget by itself."""
+        node = strings.string_body(0, None, values, self.max_string_length)
+        for keyword in ("minLength", "maxLength"):
+            if keyword in s:
+                self.unsupported(keyword, f"{reason}; the string's length is left unbounded", pointer)
+        return node
 
     def formats(self, s: dict, pointer: str) -> list[rx.Node]:
         """The string languages of the formats ``s`` names (unknown ones are `unsupported`)."""

@@ -119,6 +119,22 @@ def _string_body(min_length: int, max_length: int | None, values: tuple[rx.Node,
     return rx.Automaton(dfa) if dfa.start else rx.NOTHING
 
 
+MAX_LENGTH_PRODUCT_STATES = 8_192  # strict=False drops length bounds whose `length_product_states` are more
+
+
+def length_product_states(min_length: int, max_length: int | None, values: list[rx.Node]) -> int:
+    """About how many states `string_body` takes to bound the strings of ``values`` (patterns,
+    formats) to ``min_length``-``max_length`` code points: the pattern's states times the lengths
+    counted; 0 where it needs no such product (no pattern or no bound, or a pattern of one set of
+    code points, which is repeated instead)."""
+    if not values or (min_length, max_length) == (0, None):
+        return 0
+    dfa = _all_of(values)
+    if _code_points_repeated(dfa) is not None:
+        return 0
+    return dfa.num_states * ((max_length if max_length is not None else min_length) + 1)
+
+
 def _code_points_repeated(dfa: ByteDFA) -> tuple[ByteDFA, int] | None:
     """``(unit, lo)`` where ``dfa`` (minimal, of canonical spellings) is ``unit{lo,}``: any run
     of code points from one set (``[^\\s]+``, ``[a-z0-9-]*``), ``unit`` that set's minimal DFA
