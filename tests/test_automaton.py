@@ -129,6 +129,8 @@ def _check(builder: NFABuilder, fragment: Fragment, rng: np.random.Generator):
     table, accepting, byte_class = subset_construction(builder, fragment)
     dfa = minimise(table, accepting, start=1, byte_class=byte_class)
     live = _co_accessible(table, accepting)
+    kept = automaton.trimmed(table, accepting, start=1, byte_class=byte_class)  # dead ends merged only
+    assert kept.num_states == 1 + int(live[1:].sum()) and kept.transitions.dtype == np.int32
 
     assert dfa.transitions.dtype == np.int32 and dfa.transitions.shape == (dfa.num_states, 256)
     assert dfa.accepting.dtype == bool and dfa.accepting.shape == (dfa.num_states,)
@@ -137,12 +139,12 @@ def _check(builder: NFABuilder, fragment: Fragment, rng: np.random.Generator):
 
     for _ in range(60):
         data = _random_string(table, accepting, live, byte_class, rng)
-        state, subset = dfa.start, 1
+        state, subset, trim = dfa.start, 1, kept.start
         for b in data:
-            state, subset = int(dfa.transitions[state, b]), int(table[subset, byte_class[b]])
-            assert (state != 0) == live[subset], data
+            state, subset, trim = int(dfa.transitions[state, b]), int(table[subset, byte_class[b]]), int(kept.transitions[trim, b])
+            assert (state != 0) == live[subset] == (trim != 0), data
         expected = _nfa_accepts(builder, fragment, data)
-        assert bool(accepting[subset]) == expected == bool(dfa.accepting[state]), data
+        assert bool(accepting[subset]) == expected == bool(dfa.accepting[state]) == bool(kept.accepting[trim]), data
 
 
 def _tree_nfa(node: rx.Node) -> tuple[NFABuilder, Fragment]:

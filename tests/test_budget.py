@@ -157,7 +157,7 @@ def test_a_product_taken_before_is_kept_and_still_charged_to_the_budget():
     copy_a = type(a)(a.transitions.copy(), a.accepting.copy(), a.start)  # equal tables, another object
     assert rx.difference(copy_a, b) is kept and rx.intersect(a, b) is not kept
     assert not kept.transitions.flags.writeable
-    fresh = rx._product(a, b, rx._ACCEPT["and not"])[0]
+    fresh = rx._product(a, b, rx._ACCEPT["and not"], True)[0]
     assert rx.difference(kept, fresh).start == 0 and rx.difference(fresh, kept).start == 0
     with metered(aj.CompileBudget(max_states=50)), pytest.raises(aj.BudgetError, match=r"a product of two automata .* max_states=50"):
         rx.difference(a, b)

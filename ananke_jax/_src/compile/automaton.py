@@ -515,6 +515,37 @@ def minimise(class_table: np.ndarray, accepting: np.ndarray, *, start: int, byte
     return ByteDFA(table[:, byte_class].astype(np.int32), dfa_accepting, int(block[start]))
 
 
+def trimmed(class_table: np.ndarray, accepting: np.ndarray, *, start: int, byte_class: np.ndarray) -> ByteDFA:
+    """The DFA of ``class_table`` (int32[S, C], state 0 dead) not minimised: the states from which
+    no accepting state is reachable merge into state 0, the others keep their order."""
+    live = _co_accessible_states(class_table, accepting)
+    live[DEAD] = False
+    number = np.zeros(len(live), np.int32)
+    number[live] = np.arange(1, int(live.sum()) + 1, dtype=np.int32)
+    table = np.vstack([np.zeros((1, class_table.shape[1]), np.int32), number[class_table[live]]])
+    return ByteDFA(table[:, byte_class], np.concatenate([[False], accepting[live]]), int(number[start]))
+
+
+def _co_accessible_states(class_table: np.ndarray, accepting: np.ndarray) -> np.ndarray:
+    """bool[S]: whether an accepting state is reachable, by a backward search one level at a
+    time over the transitions grouped by target."""
+    sources, classes = np.nonzero(class_table)
+    targets = class_table[sources, classes]
+    order = np.argsort(targets, kind="stable")
+    sources = sources[order]
+    bounds = np.searchsorted(targets[order], np.arange(len(class_table) + 1))
+    live = accepting.copy()
+    frontier = np.flatnonzero(live)
+    while len(frontier):
+        check_time()
+        first, count = bounds[frontier], bounds[frontier + 1] - bounds[frontier]
+        offsets = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+        found = sources[np.repeat(first, count) + offsets]
+        frontier = np.unique(found[~live[found]])
+        live[frontier] = True
+    return live
+
+
 _BLOCK_ROWS = 2048  # rows of a transition table taken at a time by `byte_classes`
 
 

@@ -36,6 +36,7 @@ from ananke_jax._src.compile.automaton import (
     minimise,
     pausing_gc,
     repeated,
+    trimmed,
 )
 from ananke_jax._src.compile.budget import charge_states, check_time
 from ananke_jax._src.compile.interleave import Hubs, hubs, interleave_fragment
@@ -434,31 +435,32 @@ def _repeat(node: Repeat, b: NFABuilder, after: int, built: dict[tuple[int, int]
     return start
 
 
-def intersect(a: ByteDFA, b: ByteDFA) -> ByteDFA:
-    """The minimal DFA of the strings both ``a`` and ``b`` accept (reachable product)."""
-    return _kept_product(a, b, "and")
+def intersect(a: ByteDFA, b: ByteDFA, *, minimal: bool = True) -> ByteDFA:
+    """The minimal DFA of the strings both ``a`` and ``b`` accept (reachable product); with
+    ``minimal=False``, the product itself, only its dead ends merged (`automaton.trimmed`)."""
+    return _kept_product(a, b, "and", minimal)
 
 
 def difference(a: ByteDFA, b: ByteDFA) -> ByteDFA:
     """The minimal DFA of the strings ``a`` accepts and ``b`` does not."""
-    return _kept_product(a, b, "and not")
+    return _kept_product(a, b, "and not", True)
 
 
 _ACCEPT = {"and": lambda x, y: x & y, "and not": lambda x, y: x & ~y}
 
 
-def _kept_product(a: ByteDFA, b: ByteDFA, accept: str) -> ByteDFA:
+def _kept_product(a: ByteDFA, b: ByteDFA, accept: str, minimal: bool) -> ByteDFA:
     """`_product` of ``a`` and ``b`` by ``accept`` (a key of `_ACCEPT`), kept in `_PRODUCTS` where
     both are small: the exclusions of a ``oneOf`` nested n deep take the same differences about
     2^n times."""
     if max(a.num_states, b.num_states) > _BUILT_MAX_STATES:
-        return _product(a, b, _ACCEPT[accept])[0]
-    key = (accept, _digest(a), _digest(b))
+        return _product(a, b, _ACCEPT[accept], minimal)[0]
+    key = (accept, minimal, _digest(a), _digest(b))
     if (kept := _PRODUCTS.get(key)) is not None:
         charge_states(kept[1], "a product of two automata")
         check_time()
         return kept[0]
-    dfa, pairs = _product(a, b, _ACCEPT[accept])
+    dfa, pairs = _product(a, b, _ACCEPT[accept], minimal)
     _PRODUCTS.put(key, dfa, pairs)
     return dfa
 
@@ -469,10 +471,10 @@ def _digest(dfa: ByteDFA) -> bytes:
 
 
 @pausing_gc
-def _product(a: ByteDFA, b: ByteDFA, accept) -> tuple[ByteDFA, int]:
-    """The minimal DFA of the reachable pairs of states, accepting per ``accept``, built one
-    breadth-first level at a time over the byte classes of both automata; and the number of
-    pairs (the states charged to the budget)."""
+def _product(a: ByteDFA, b: ByteDFA, accept, minimal: bool) -> tuple[ByteDFA, int]:
+    """The DFA of the reachable pairs of states, accepting per ``accept``, built one
+    breadth-first level at a time over the byte classes of both automata, minimised or
+    `trimmed`; and the number of pairs (the states charged to the budget)."""
     byte_class, first_byte = byte_classes(np.vstack([a.transitions, b.transitions]))
     moves_a, moves_b = a.transitions[:, first_byte].astype(np.int64), b.transitions[:, first_byte].astype(np.int64)
     width = b.num_states
@@ -497,7 +499,8 @@ def _product(a: ByteDFA, b: ByteDFA, accept) -> tuple[ByteDFA, int]:
         done = len(level) + done
     pairs = np.asarray(keys)
     accepting = accept(a.accepting[pairs // width], b.accepting[pairs % width])
-    return minimise(np.concatenate(rows), accepting, start=1, byte_class=byte_class.astype(np.int32)), len(keys)
+    finish = minimise if minimal else trimmed
+    return finish(np.concatenate(rows), accepting, start=1, byte_class=byte_class.astype(np.int32)), len(keys)
 
 
 def substitute(dfa: ByteDFA, spellings: dict[int, bytes]) -> ByteDFA:
