@@ -18,6 +18,7 @@ import collections
 import dataclasses
 import hashlib
 import math
+import operator
 import re
 from collections.abc import Callable, Iterator, Sequence
 
@@ -226,17 +227,24 @@ def rewrite(node, fn: Callable) -> Node:
 
 
 def _rewritten(node, fn: Callable, go: Callable) -> Node:
+    """``node`` rewritten; itself where none of its parts changes (rebuilding it, with the
+    normalisation of `seq` and `alt` and a new hash, took most of a rewrite's time)."""
     out = fn(node)
     if out is not None:
         return out
-    if isinstance(node, Seq):
-        return seq(*map(go, node.parts))
-    if isinstance(node, Alt):
-        return alt(*map(go, node.parts))
+    if isinstance(node, (Seq, Alt)):
+        parts = tuple(map(go, node.parts))
+        if all(map(operator.is_, parts, node.parts)):
+            return node
+        return seq(*parts) if isinstance(node, Seq) else alt(*parts)
     if isinstance(node, Repeat):
-        return repeat(go(node.body), node.lo, node.hi)
+        body = go(node.body)
+        return node if body is node.body else repeat(body, node.lo, node.hi)
     if isinstance(node, Interleave):
-        return interleave(list(map(go, node.members)), node.required, go(node.extra), go(node.separator), node.lo, node.hi)
+        members, extra, separator = list(map(go, node.members)), go(node.extra), go(node.separator)
+        if all(map(operator.is_, [*members, extra, separator], [*node.members, node.extra, node.separator])):
+            return node
+        return interleave(members, node.required, extra, separator, node.lo, node.hi)
     return node
 
 
