@@ -131,6 +131,7 @@ def _check(builder: NFABuilder, fragment: Fragment, rng: np.random.Generator):
     live = _co_accessible(table, accepting)
     kept = automaton.trimmed(table, accepting, start=1, byte_class=byte_class)  # dead ends merged only
     assert kept.num_states == 1 + int(live[1:].sum()) and kept.transitions.dtype == np.int32
+    assert kept.transitions.shape == (kept.num_states, 256) and not kept.transitions[0].any() and not kept.accepting[0]
 
     assert dfa.transitions.dtype == np.int32 and dfa.transitions.shape == (dfa.num_states, 256)
     assert dfa.accepting.dtype == bool and dfa.accepting.shape == (dfa.num_states,)

@@ -309,7 +309,8 @@ def canonical_form(dfa: ByteDFA) -> bytes:
 
 def is_finite(dfa: ByteDFA) -> bool:
     """Whether ``dfa`` accepts finitely many strings: no cycle through its live states (all but
-    the dead one, in a DFA from `minimise`), found by peeling states without live successors."""
+    the dead one, in a DFA from `minimise` or `trimmed`), found by peeling states without live
+    successors."""
     live = np.ones(dfa.num_states, bool)
     live[DEAD] = False
     while True:

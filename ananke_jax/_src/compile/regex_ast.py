@@ -295,8 +295,9 @@ _PRODUCTS = _Kept(max_bytes=32 << 20)  # by operation and operands' digests (see
 @pausing_gc
 def to_dfa(node: Node) -> ByteDFA:
     """The minimal byte DFA of ``node`` (start 0 when the language is empty); of a concatenation
-    holding automata or long bounded repeats, one joined from its parts' (`_joined`), and of a
-    long bounded repeat, one chained from its body's (`automaton.repeated`), not minimised.
+    holding automata or long bounded repeats, one joined from its parts' (`_joined`), of a
+    long bounded repeat, one chained from its body's (`automaton.repeated`), and of an
+    `Automaton`, its own (a product may be only trimmed), not minimised.
 
     The DFAs of the last few hundred trees built in this process are kept (read-only), and a
     tree equal to one of them is not built again: grammars and schemas share their terminals
@@ -443,33 +444,37 @@ def _repeat(node: Repeat, b: NFABuilder, after: int, built: dict[tuple[int, int]
     return start
 
 
-def intersect(a: ByteDFA, b: ByteDFA, *, minimal: bool = True) -> ByteDFA:
+def intersect(a: ByteDFA, b: ByteDFA, *, minimal: bool = True, at_most: int | None = None) -> ByteDFA | None:
     """The minimal DFA of the strings both ``a`` and ``b`` accept (reachable product); with
-    ``minimal=False``, the product itself, only its dead ends merged (`automaton.trimmed`)."""
-    return _kept_product(a, b, "and", minimal)
+    ``minimal=False``, the product itself, only its dead ends merged (`automaton.trimmed`);
+    None where the product passes ``at_most`` pairs (built no further)."""
+    return _kept_product(a, b, "and", minimal, at_most)
 
 
 def difference(a: ByteDFA, b: ByteDFA) -> ByteDFA:
     """The minimal DFA of the strings ``a`` accepts and ``b`` does not."""
-    return _kept_product(a, b, "and not", True)
+    return _kept_product(a, b, "and not", True, None)
 
 
 _ACCEPT = {"and": lambda x, y: x & y, "and not": lambda x, y: x & ~y}
 
 
-def _kept_product(a: ByteDFA, b: ByteDFA, accept: str, minimal: bool) -> ByteDFA:
+def _kept_product(a: ByteDFA, b: ByteDFA, accept: str, minimal: bool, at_most: int | None) -> ByteDFA | None:
     """`_product` of ``a`` and ``b`` by ``accept`` (a key of `_ACCEPT`), kept in `_PRODUCTS` where
     both are small: the exclusions of a ``oneOf`` nested n deep take the same differences about
     2^n times."""
     if max(a.num_states, b.num_states) > _BUILT_MAX_STATES:
-        return _product(a, b, _ACCEPT[accept], minimal)[0]
+        return _product(a, b, _ACCEPT[accept], minimal, at_most)[0]
     key = (accept, minimal, _digest(a), _digest(b))
     if (kept := _PRODUCTS.get(key)) is not None:
+        if at_most is not None and kept[1] > at_most:
+            return None
         charge_states(kept[1], "a product of two automata")
         check_time()
         return kept[0]
-    dfa, pairs = _product(a, b, _ACCEPT[accept], minimal)
-    _PRODUCTS.put(key, dfa, pairs)
+    dfa, pairs = _product(a, b, _ACCEPT[accept], minimal, at_most)
+    if dfa is not None:
+        _PRODUCTS.put(key, dfa, pairs)
     return dfa
 
 
@@ -479,10 +484,11 @@ def _digest(dfa: ByteDFA) -> bytes:
 
 
 @pausing_gc
-def _product(a: ByteDFA, b: ByteDFA, accept, minimal: bool) -> tuple[ByteDFA, int]:
+def _product(a: ByteDFA, b: ByteDFA, accept, minimal: bool, at_most: int | None = None) -> tuple[ByteDFA | None, int]:
     """The DFA of the reachable pairs of states, accepting per ``accept``, built one
     breadth-first level at a time over the byte classes of both automata, minimised or
-    `trimmed`; and the number of pairs (the states charged to the budget)."""
+    `trimmed` (None past ``at_most`` pairs); and the number of pairs (the states charged to the
+    budget)."""
     byte_class, first_byte = byte_classes(np.vstack([a.transitions, b.transitions]))
     moves_a, moves_b = a.transitions[:, first_byte].astype(np.int64), b.transitions[:, first_byte].astype(np.int64)
     width = b.num_states
@@ -499,6 +505,8 @@ def _product(a: ByteDFA, b: ByteDFA, accept, minimal: bool) -> tuple[ByteDFA, in
         after[moves_a[x] == DEAD] = DEAD
         targets, inverse = np.unique(after, return_inverse=True)
         fresh = [key for key in targets.tolist() if key not in ids]
+        if at_most is not None and len(keys) + len(fresh) > at_most:
+            return None, len(keys) + len(fresh)
         charge_states(len(keys) + len(fresh), "a product of two automata")  # before the level is kept
         check_time()
         ids.update(zip(fresh, range(len(keys), len(keys) + len(fresh))))

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import ByteDFA
-from ananke_jax._src.compile.budget import charge_states
+from ananke_jax._src.compile.budget import charge_states, check_time
 from ananke_jax._src.compile.unit_loops import UnitLanguage, expand_unit_loops
 from ananke_jax._src.errors import GrammarError, SchemaError
 from ananke_jax._src.ir import Grammar, Rule, TerminalDef
@@ -169,36 +169,40 @@ class _Writer:
             return [self.interleaving(node)]
         if isinstance(node, rx.Repeat):
             body = self.symbols(node.body)
-            if node.hi is not None and node.hi - node.lo > 1:
-                return [self.counted(body, node.lo, node.hi)]
-            out = body * node.lo
-            if node.hi is None:
+            if node.hi is None and node.lo <= 1:  # x* or x x*
                 loop = self.helper()
                 self.rules += [Rule(loop, ()), Rule(loop, (loop, *body))]
-                return out + [loop]
-            tail: list[str] = []
-            for _ in range(node.hi - node.lo):  # x? (x? (...)) from the inside out
+                return body * node.lo + [loop]
+            if node.hi is not None and node.hi <= 1:  # nothing, x or x?
+                if node.lo == node.hi:
+                    return body * node.lo
                 optional = self.helper()
-                self.rules += [Rule(optional, ()), Rule(optional, (*body, *tail))]
-                tail = [optional]
-            return out + tail
+                self.rules += [Rule(optional, ()), Rule(optional, tuple(body))]
+                return [optional]
+            return [self.counted(body, node.lo, node.hi)]
         raise TypeError(f"not a rule body node: {node!r}")
 
-    def counted(self, body: list[str], lo: int, hi: int) -> str:
-        """A nonterminal of ``lo`` to ``hi`` copies of ``body``, counted by a left-recursive chain
-        (``C1 -> B``, ``C(k+1) -> Ck B``): the stack stays as deep as for one copy, where nested
-        optionals would take an entry per copy."""
+    def counted(self, body: list[str], lo: int, hi: int | None) -> str:
+        """A nonterminal of ``lo`` to ``hi`` (None: any number more) copies of ``body``, counted by
+        a left-recursive chain (``C1 -> B``, ``C(k+1) -> Ck B``): the stack stays as deep as for
+        one copy, where copies in a rule or nested optionals would take an entry each."""
+        count = lo if hi is None else hi
+        charge_states(3 * count, "the rules counting a repeat, as LR items,")
+        check_time()
         if len(body) == 1:
             unit = body
         else:
             unit = [self.helper()]
             self.rules.append(Rule(unit[0], tuple(body)))
-        chain = [self.helper() for _ in range(hi)]
+        chain = [self.helper() for _ in range(count)]
         self.rules.append(Rule(chain[0], tuple(unit)))
         self.rules += [Rule(after, (before, *unit)) for before, after in itertools.pairwise(chain)]
         whole = self.helper()
-        self.rules += [Rule(whole, ())] if lo == 0 else []
-        self.rules += [Rule(whole, (chain[k - 1],)) for k in range(max(lo, 1), hi + 1)]
+        if hi is None:
+            self.rules += [Rule(whole, (chain[-1],)), Rule(whole, (whole, *unit))]
+        else:
+            self.rules += [Rule(whole, ())] if lo == 0 else []
+            self.rules += [Rule(whole, (chain[k - 1],)) for k in range(max(lo, 1), hi + 1)]
         return whole
 
     def interleaving(self, node: rx.Interleave) -> str:

@@ -13,6 +13,8 @@ from ananke_jax._src.json_schema.formats import format_node
 from ananke_jax._src.json_schema.keywords import as_list, compact, counts, json_equal, to_decimal, type_of
 from ananke_jax._src.json_schema.rules import automaton_node, is_regular
 
+MAX_LENGTH_PRODUCT_STATES = 8_192  # strict=False drops length bounds whose product with a pattern is larger
+
 
 class Scalars:
     """The methods of `SchemaCompiler` for values given by list and for numbers and strings (they
@@ -97,13 +99,8 @@ class Scalars:
         hi = min(his) if his else None
         if self.strict or (lo, hi) == (0, None):
             return strings.string_body(lo, hi, values, self.max_string_length)
-        # strict=False: length bounds that make a large automaton are dropped, as unsupported keywords are
-        product = strings.length_product_states(lo, hi, values)
-        if product > strings.MAX_LENGTH_PRODUCT_STATES:
-            reason = f"bounding the pattern's strings takes an automaton of about {product:,} states (over {strings.MAX_LENGTH_PRODUCT_STATES:,})"
-            return self.unbounded(s, pointer, values, reason)
-        try:
-            node = strings.string_body(lo, hi, values, self.max_string_length)
+        try:  # strict=False: length bounds that make a large automaton are dropped, as unsupported keywords are
+            node = strings.string_body(lo, hi, values, self.max_string_length, max_product=MAX_LENGTH_PRODUCT_STATES)
             charge_states(rx.nfa_size(node), "a length-bounded string's NFA")
             return node
         except BudgetError as e:

@@ -21,6 +21,7 @@ from ananke_jax._src.compile import utf8
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, byte_classes, canonical_form, is_finite, minimise, trimmed
 from ananke_jax._src.compile.budget import charge_states
 from ananke_jax._src.compile.unit_loops import UnitLanguage
+from ananke_jax._src.errors import BudgetError
 
 _SHORT = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
 _ESCAPED = sorted(set(range(0x20)) | {0x22, 0x5C})  # code points json.dumps escapes
@@ -81,7 +82,9 @@ def literal(text: str) -> rx.Node:
     return rx.Text(json.dumps(text, ensure_ascii=False))
 
 
-def string_body(min_length: int, max_length: int | None, values: list[rx.Node], longest: int | None = None) -> rx.Node:
+def string_body(
+    min_length: int, max_length: int | None, values: list[rx.Node], longest: int | None = None, *, max_product: int | None = None
+) -> rx.Node:
     """Spellings (without quotes) of strings with ``min_length <= len <= max_length`` code points
     that lie in every language of ``values`` (spelled canonically when there is any); where these
     leave the length unbounded, at most ``longest`` code points, or ``min_length`` if more (None:
@@ -91,12 +94,18 @@ def string_body(min_length: int, max_length: int | None, values: list[rx.Node], 
     the compile budget fails in its own subschema (and the error names its pointer). The last
     few hundred bodies are kept, so that schemas with the same string constraints (a ``format``,
     a ``pattern``) get the same node, whose automaton `rx.to_dfa` has kept too.
+
+    Raises:
+      BudgetError: the product of a pattern's automaton and the length's passes ``max_product``
+        states (None: only the compile budget bounds it), or the compile budget is met.
     """
-    return _string_body(min_length, max_length, tuple(values), longest)
+    return _string_body(min_length, max_length, tuple(values), longest, max_product)
 
 
 @functools.lru_cache(maxsize=256)
-def _string_body(min_length: int, max_length: int | None, values: tuple[rx.Node, ...], longest: int | None) -> rx.Node:
+def _string_body(
+    min_length: int, max_length: int | None, values: tuple[rx.Node, ...], longest: int | None, max_product: int | None
+) -> rx.Node:
     dfa = _all_of(values) if values else None
     if dfa is not None and rx.difference(_every_spelling(), dfa).start == DEAD:
         dfa = None  # a pattern every string matches (``[\s\S]*``): the length alone bounds it
@@ -116,24 +125,10 @@ def _string_body(min_length: int, max_length: int | None, values: tuple[rx.Node,
             charge_states(rx.nfa_size(node), "a length-bounded string's automaton")  # built where spelled out
             return node
         # Not minimised: its pairs of (pattern state, length) act alike too rarely to pay for it.
-        dfa = rx.intersect(dfa, _canonical_length_dfa(min_length, max_length), minimal=False)
+        dfa = rx.intersect(dfa, _canonical_length_dfa(min_length, max_length), minimal=False, at_most=max_product)
+        if dfa is None:
+            raise BudgetError(f"bounding the pattern's strings takes an automaton of more than {max_product:,} states", budget="max_states")
     return rx.Automaton(dfa) if dfa.start else rx.NOTHING
-
-
-MAX_LENGTH_PRODUCT_STATES = 8_192  # strict=False drops length bounds whose `length_product_states` are more
-
-
-def length_product_states(min_length: int, max_length: int | None, values: list[rx.Node]) -> int:
-    """About how many states `string_body` takes to bound the strings of ``values`` (patterns,
-    formats) to ``min_length``-``max_length`` code points: the pattern's states times the lengths
-    counted; 0 where it needs no such product (no pattern or no bound, or a pattern of one set of
-    code points, which is repeated instead)."""
-    if not values or (min_length, max_length) == (0, None):
-        return 0
-    dfa = _all_of(values)
-    if _code_points_repeated(dfa) is not None:
-        return 0
-    return dfa.num_states * ((max_length if max_length is not None else min_length) + 1)
 
 
 def _code_points_repeated(dfa: ByteDFA) -> tuple[ByteDFA, int] | None:
