@@ -89,7 +89,8 @@ def to_grammar(
 ) -> Grammar:
     """The IR: kept rules as nonterminals, reference-free pieces as terminals (with DFAs), each
     estimated (`rx.nfa_size`) within ``max_terminal`` NFA states unless it is one leaf or a
-    bounded repeat of a small body; a bounded repeat of a larger one is counted by rules.
+    bounded repeat of a small body; a repeat of a larger one, two or more times, is counted by
+    rules (`_Writer.counted`).
 
     A terminal built from automata gets its regex text (by state elimination, which can be slow
     on large automata) only when ``printable``; otherwise the text just names its size. A grammar

@@ -106,16 +106,11 @@ class Scalars:
         except BudgetError as e:
             if e.budget != "max_states":
                 raise
-            return self.unbounded(s, pointer, values, str(e))
-
-    def unbounded(self, s: dict, pointer: str, values: list[rx.Node], reason: str) -> rx.Node:
-        """The string body of ``values`` with ``s``'s length keywords dropped (`unsupported`,
-        for ``reason``); it raises where the pattern is over the budget by itself."""
-        node = strings.string_body(0, None, values, self.max_string_length)
-        for keyword in ("minLength", "maxLength"):
-            if keyword in s:
-                self.unsupported(keyword, f"{reason}; the string's length is left unbounded", pointer)
-        return node
+            unbounded = strings.string_body(0, None, values, self.max_string_length)  # or the pattern is over it too
+            for keyword in ("minLength", "maxLength"):
+                if keyword in s:
+                    self.unsupported(keyword, f"{e}; the string's length is left unbounded", pointer)
+            return unbounded
 
     def formats(self, s: dict, pointer: str) -> list[rx.Node]:
         """The string languages of the formats ``s`` names (unknown ones are `unsupported`)."""
