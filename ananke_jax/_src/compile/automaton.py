@@ -505,7 +505,7 @@ def minimise(class_table: np.ndarray, accepting: np.ndarray, *, start: int, byte
       byte_class: int32[256], the class of each byte.
     """
     predecessors = _predecessors(class_table)
-    live = _co_accessible(predecessors, accepting)
+    live = _co_accessible(class_table, accepting).tolist()
     _, first, block = np.unique(_hopcroft(predecessors, live, accepting), return_index=True, return_inverse=True)
     rank = np.empty(len(first), np.int32)
     rank[np.argsort(first)] = np.arange(len(first), dtype=np.int32)
@@ -519,7 +519,7 @@ def minimise(class_table: np.ndarray, accepting: np.ndarray, *, start: int, byte
 def trimmed(class_table: np.ndarray, accepting: np.ndarray, *, start: int, byte_class: np.ndarray) -> ByteDFA:
     """The DFA of ``class_table`` (int32[S, C], state 0 dead) not minimised: the states from which
     no accepting state is reachable merge into state 0, the others keep their order."""
-    live = _co_accessible_states(class_table, accepting)
+    live = _co_accessible(class_table, accepting)
     live[DEAD] = False
     number = np.zeros(len(live), np.int32)
     number[live] = np.arange(1, int(live.sum()) + 1, dtype=np.int32)
@@ -527,7 +527,7 @@ def trimmed(class_table: np.ndarray, accepting: np.ndarray, *, start: int, byte_
     return ByteDFA(table[:, byte_class], np.concatenate([[False], accepting[live]]), int(number[start]))
 
 
-def _co_accessible_states(class_table: np.ndarray, accepting: np.ndarray) -> np.ndarray:
+def _co_accessible(class_table: np.ndarray, accepting: np.ndarray) -> np.ndarray:
     """bool[S]: whether an accepting state is reachable, by a backward search one level at a
     time over the transitions grouped by target."""
     sources, classes = np.nonzero(class_table)
@@ -607,23 +607,6 @@ def _predecessors(class_table: np.ndarray) -> list[list[tuple[int, list[int]]]]:
         for a, b, t, c in chunk:
             result[t].append((c, sources[a:b]))
     return result
-
-
-def _co_accessible(predecessors: list[list[tuple[int, list[int]]]], accepting: np.ndarray) -> list[bool]:
-    """Per state, whether an accepting state is reachable from it (a backward search)."""
-    live = accepting.tolist()
-    stack = np.flatnonzero(accepting).tolist()
-    popped = 0
-    while stack:
-        popped += 1
-        if popped % CHECK_EVERY == 0:
-            check_time()
-        for _, sources in predecessors[stack.pop()]:
-            for p in sources:
-                if not live[p]:
-                    live[p] = True
-                    stack.append(p)
-    return live
 
 
 def _hopcroft(predecessors: list[list[tuple[int, list[int]]]], live: list[bool], accepting: np.ndarray) -> list[int]:
