@@ -49,6 +49,7 @@ from ananke_jax._src.generate import generate as generate
 from ananke_jax._src.ir import Grammar as Grammar
 from ananke_jax._src.ir import Rule as Rule
 from ananke_jax._src.ir import TerminalDef as TerminalDef
+from ananke_jax._src.ir import TokenRef as TokenRef
 from ananke_jax._src.json_schema.api import compile_json_schema as compile_json_schema
 from ananke_jax._src.json_schema.api import json_schema_to_gbnf as json_schema_to_gbnf
 from ananke_jax._src.json_schema.api import json_schema_to_grammar as json_schema_to_grammar
@@ -138,6 +139,7 @@ __all__ = [
     "Grammar",
     "Rule",
     "TerminalDef",
+    "TokenRef",
     "gbnf_to_ir",
     "lark_to_ir",
     "json_schema_to_grammar",

@@ -89,7 +89,8 @@ def _naming(path: pathlib.Path):
 
 
 def _constraint(args, vocab: aj.Vocabulary):
-    """(compiled constraint, checker of an output text -> error message or None, description)."""
+    """(compiled constraint, checker of an output text -> error message or None (None: no
+    check), description)."""
     if args.regex:
         return (
             aj.compile_regex(args.regex, vocab),
@@ -102,6 +103,8 @@ def _constraint(args, vocab: aj.Vocabulary):
             text = path.read_text(encoding="utf-8")
             ir = aj.gbnf_to_ir(text) if path.suffix == ".gbnf" else aj.lark_to_ir(text, lexer=args.lexer)
             cg = aj.compile_grammar(ir, vocab)
+        if any(t.token is not None for t in ir.terminals):  # no text parser reads tokens
+            return cg, None, f"grammar {path.name} (it names tokens: outputs are not parsed again)"
         import lark
 
         parser = None
@@ -215,16 +218,17 @@ def generate_command(args) -> int:
     result, seconds = _timed(lambda: _run(step_fn, params, config, prompt, constraint, vocab, args, drafts))
     free, free_seconds = _timed(lambda: _run(step_fn, params, config, prompt, None, vocab, args))
     done()
-    valid = 0
+    valid, verdict = 0, "valid" if check else "complete"
     for row, (tokens, length, reason) in enumerate(zip(np.asarray(result.tokens), np.asarray(result.lengths), result.finish_names())):
         text = b"".join(vocab.token_bytes(int(t)) for t in tokens[:length]).decode("utf-8", "replace")
-        problem = check(text) if reason in ("eos", "grammar_complete") else f"unfinished ({reason})"
+        finished = reason in ("eos", "grammar_complete")
+        problem = (check(text) if check else None) if finished else f"unfinished ({reason})"
         valid += problem is None
         print(f"[{row}] {text}")
-        print(f"    {'valid' if problem is None else 'INVALID: ' + problem}, {length} tokens, finish: {reason}")
+        print(f"    {verdict if problem is None else 'INVALID: ' + problem}, {length} tokens, finish: {reason}")
     rate = lambda r, s: int(np.asarray(r.lengths).sum()) / s
     constrained_rate, free_rate = rate(result, seconds), rate(free, free_seconds)
-    print(f"{valid}/{args.batch} outputs valid")
+    print(f"{valid}/{args.batch} outputs {verdict}")
     print(f"tokens/s: constrained {constrained_rate:.1f}, unconstrained {free_rate:.1f} (ratio {constrained_rate / free_rate:.2f})")
     if drafting:
         drafted, accepted = int(np.asarray(result.stats["drafted"]).sum()), int(np.asarray(result.stats["accepted"]).sum())

@@ -24,13 +24,38 @@ LEXERS = ("context_free", "lark")
 
 
 @dataclasses.dataclass(frozen=True)
+class TokenRef:
+    """A token named by its id (``key`` an int: GBNF's ``<[10]>``) or by its text (a str:
+    ``<think>`` names the token written ``<think>``, ``<[INST]>`` the one written ``[INST]``). A terminal of a plain reference is that token alone; one of a ``negated`` run
+    (``!<[11]>*``, ``!<[11]>+``) is the text written by ``at_least`` (0 or 1) or more tokens
+    other than it. The vocabulary resolves them when the grammar is compiled
+    (`compile.token_refs`)."""
+
+    key: int | str
+    negated: bool = False
+    at_least: int = 0
+    where: str = dataclasses.field(default="", compare=False)  # e.g. "GBNF line 3, column 12"
+
+    @property
+    def written(self) -> str:
+        """As GBNF writes it: ``<[10]>``, ``<think>``, ``!<[11]>*``."""
+        named = f"<[{self.key}]>" if isinstance(self.key, int) else self.key if self.key.startswith("<") else f"<{self.key}>"
+        return f"!{named}{'+' if self.at_least else '*'}" if self.negated else named
+
+    def __str__(self) -> str:
+        return f"{self.where}: token reference {self.written}" if self.where else f"token reference {self.written}"
+
+
+@dataclasses.dataclass(frozen=True)
 class TerminalDef:
     """A named regular language: ``regex`` in Python syntax, matched in full.
 
     ``dfa``, when given, is the language itself (a `ByteDFA`) and ``regex`` only its description;
     compilers that build languages by intersection and difference give terminals this way. With
     ``units`` (a `UnitLanguage`) too, ``dfa`` reads its placeholder byte for one unit, which keeps
-    long counted strings small (`lexer.terminal_dfa` spells the units out).
+    long counted strings small (`lexer.terminal_dfa` spells the units out). With ``token``,
+    the language is that of a token reference, given as ``dfa`` once the grammar is compiled
+    against a vocabulary (``regex`` describes it).
     """
 
     name: str
@@ -38,6 +63,7 @@ class TerminalDef:
     dfa: object = dataclasses.field(default=None, compare=False, repr=False)
     units: object = dataclasses.field(default=None, compare=False, repr=False)
     precedence: int = 0  # with lexer="lark": of the terminals matching a lexeme, the highest wins
+    token: TokenRef | None = None  # a token reference: its language comes from the vocabulary
 
 
 @dataclasses.dataclass(frozen=True)

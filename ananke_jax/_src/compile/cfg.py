@@ -36,6 +36,7 @@ from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_term
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import MAX_LANES, outcome_tries
 from ananke_jax._src.compile.outcome_walk import CHUNK_ROWS, Cuts, WalkedOutcomes, context_free_cuts, walk_outcomes
+from ananke_jax._src.compile.token_refs import spell_token_refs
 from ananke_jax._src.compile.token_table import spell_tokens
 from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes, distinct_rows
 from ananke_jax._src.compile.unit_loops import LoopColumns, UnitLoops, expand_unit_loops, loop_columns
@@ -514,6 +515,7 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     """
     if stack_depth < 2 or max_configs < 1:
         raise ValueError(f"need stack_depth >= 2 and max_configs >= 1, got {stack_depth}, {max_configs}")
+    grammar, vocab = spell_token_refs(grammar, vocab)
     t = cfg_tables(grammar, vocab, max_actions=max_configs if forks else 1)
     lexer, lr = t.lexer, t.lr
     columns, end = len(lr.terminals), len(lr.terminals) - 1

@@ -49,6 +49,8 @@ class Lexer:
 
 def terminal_dfa(terminal: TerminalDef) -> ByteDFA:
     """The byte DFA of a terminal's language, its units spelled out."""
+    if terminal.token is not None and terminal.dfa is None:
+        raise GrammarError(f"{terminal.token} is read only against a vocabulary (compile the grammar)")
     if terminal.dfa is None:
         return regex_to_dfa(terminal.regex)
     if terminal.units is None:

@@ -5,7 +5,12 @@ letters, digits, ``-`` and ``_``; string literals and character classes whose es
 ``\\uNNNN``, ``\\UNNNNNNNN``, ``\\n``, ``\\t``, ``\\r``, ``\\\\``, ``\\"``, ``\\[``, ``\\]``, ``\\-``,
 ``\\^``; any other punctuation escaped stands for itself) are code points, encoded as UTF-8;
 ``.`` for any code point (newline included); groups, ``|`` (empty alternatives allowed),
-``* + ? {m} {m,} {m,n}`` and ``#`` comments. It is parsed by lark with a grammar of GBNF. Rules are
+``* + ? {m} {m,} {m,n}`` and ``#`` comments. Token references name a token of the vocabulary
+by id, ``<[10]>``, or by its text: ``<think>`` is the token written ``<think>``, and
+``<[INST]>`` the one written ``[INST]`` (brackets around anything but digits are text).
+``!<[11]>*`` and ``!<[11]>+`` are runs of text and of the other tokens the grammar names
+(`ir.TokenRef`); a negated reference must be repeated so, since the text of exactly one token
+is no language of bytes. It is parsed by lark with a grammar of GBNF. Rules are
 told apart by ``name ::=``, so a rule may also continue on the next line outside parentheses.
 Stricter than llama.cpp: a rule defined twice is an error. Rules not reachable from the root are
 dropped with a warning naming them, as llama.cpp ignores them.
@@ -39,7 +44,7 @@ from lark.exceptions import (
 )
 
 from ananke_jax._src.errors import GrammarError
-from ananke_jax._src.ir import Grammar, Rule, TerminalDef
+from ananke_jax._src.ir import Grammar, Rule, TerminalDef, TokenRef
 
 MAX_INLINE_REGEX = 2000
 """Regular rules whose regex is longer than this stay rules instead of being inlined."""
@@ -56,12 +61,14 @@ item: atom QUANTIFIER*
      | STRING -> literal
      | CLASS -> char_class
      | "." -> any_char
+     | TOKEN -> token_ref
      | "(" alternatives ")"
 
 RULE_NAME.2: /[A-Za-z0-9_-]+(?=\s*::=)/
 NAME: /[A-Za-z0-9_-]+/
 STRING: /"(?:[^"\\\n]|\\.)*"/
 CLASS: /\[(?:[^\]\\\n]|\\.)*\]/
+TOKEN: /!?<[^<>\s]+>/
 QUANTIFIER: /[*+?]/ | /\{[ \t]*[0-9]+[ \t]*(?:,[ \t]*[0-9]*[ \t]*)?\}/
 COMMENT: /#[^\n]*/
 %ignore COMMENT
@@ -86,6 +93,14 @@ class _Ref:
     name: str
     line: int = dataclasses.field(compare=False)
     column: int = dataclasses.field(compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Token:
+    """A token reference; a negated one is a run once repeated by ``*`` or ``+``."""
+
+    ref: TokenRef
+    run: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,6 +206,8 @@ def _quantifier(lo: int, hi: int | None) -> str:
 def _repeat(item, lo: int, hi: int | None) -> object:
     if isinstance(item, _Regular):
         return _Regular(_grouped(item, _ATOM) + _quantifier(lo, hi), _SEQ)
+    if isinstance(item, _Token) and item.ref.negated and not item.run and hi is None and lo <= 1:
+        return _Token(dataclasses.replace(item.ref, at_least=lo), run=True)
     return _Repeat(item, lo, hi)
 
 
@@ -321,6 +338,13 @@ class _ToExpressions(Transformer):
     def any_char(self, _):
         return _ANY
 
+    def token_ref(self, children):
+        (token,) = children
+        negated, written = token.value.startswith("!"), token.value.lstrip("!")
+        by_id = re.fullmatch(r"<\[([0-9]+)\]>", written)
+        key = int(by_id[1]) if by_id else written[1:-1] if written.startswith("<[") and written.endswith("]>") else written
+        return _Token(TokenRef(key, negated, where=f"GBNF line {token.line}, column {token.column}"))
+
 
 def _bounds(quantifier: Token) -> tuple[int, int | None]:
     text = quantifier.value
@@ -407,6 +431,7 @@ class _Lowering:
     def __init__(self, rule_names: Iterable[str]):
         self.rules: dict[str, list[tuple[str, ...]]] = {}
         self.terminals: dict[str, str] = {}  # regex -> name: one terminal per distinct regex
+        self.token_terminals: dict[TokenRef, str] = {}
         self.taken = set(rule_names)
         self.counters: dict[tuple[str, str], int] = {}
 
@@ -431,6 +456,8 @@ class _Lowering:
             return [self.terminal(node.regex, base)] if node.regex else []
         if isinstance(node, _Ref):
             return [node.name]
+        if isinstance(node, _Token):
+            return [self.token_terminal(node, base)]
         if isinstance(node, _Seq):
             return [s for item in node.items for s in self.symbols(item, base)]
         if isinstance(node, _Alt):
@@ -441,8 +468,21 @@ class _Lowering:
 
     def terminal(self, regex: str, base: str) -> str:
         if regex not in self.terminals:
-            self.terminals[regex] = self._fresh("{base}_{count}", re.sub(r"[^A-Za-z0-9]", "_", base).upper())
+            self.terminals[regex] = self._terminal_name(base)
         return self.terminals[regex]
+
+    def token_terminal(self, node: _Token, base: str) -> str:
+        if node.ref.negated and not node.run:
+            single = node.ref.written[:-1]
+            raise GrammarError(
+                f"{node.ref.where}: {single} must be repeated, as {single}* or {single}+ (the text of exactly one token is no language of bytes)"
+            )
+        if node.ref not in self.token_terminals:
+            self.token_terminals[node.ref] = self._terminal_name(base)
+        return self.token_terminals[node.ref]
+
+    def _terminal_name(self, base: str) -> str:
+        return self._fresh("{base}_{count}", re.sub(r"[^A-Za-z0-9]", "_", base).upper())
 
     def repetition(self, node: _Repeat, base: str, name: str | None = None) -> list[str]:
         if max(node.lo, node.hi or 0) > MAX_REPEAT:
@@ -486,6 +526,9 @@ def gbnf_to_ir(text: str, *, root: str = "root") -> Grammar:
         lowering.rule(name, expression, name)
     return Grammar(
         rules=tuple(Rule(name, expansion) for name, expansions in lowering.rules.items() for expansion in expansions),
-        terminals=tuple(TerminalDef(name, regex) for regex, name in lowering.terminals.items()),
+        terminals=(
+            *(TerminalDef(name, regex) for regex, name in lowering.terminals.items()),
+            *(TerminalDef(name, ref.written, token=ref) for ref, name in lowering.token_terminals.items()),
+        ),
         start=root,
     ).validate()

@@ -6,6 +6,7 @@ from ananke_jax._src.compile.automaton import pausing_gc
 from ananke_jax._src.compile.budget import CompileBudget, metered
 from ananke_jax._src.compile.context_free import DEFAULT_MAX_CONFIGS
 from ananke_jax._src.compile.regular import compile_dfa
+from ananke_jax._src.compile.token_refs import spelled_vocabulary
 from ananke_jax._src.engines.protocol import Constraint
 from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.engines.regular import RegularGrammar
@@ -16,7 +17,6 @@ from ananke_jax._src.json_schema.gaps import MixedGaps, rules_with_bounded_gaps
 from ananke_jax._src.json_schema.rules import Rules
 from ananke_jax._src.structural.formats import StructuralCompiler, root_format
 from ananke_jax._src.structural.reasoning import reasoning_budget
-from ananke_jax._src.structural.text import spelled_vocabulary
 from ananke_jax._src.structural.tools import schema_pointers, tag_and_owners, tool_pointer
 from ananke_jax._src.vocab import Vocabulary
 

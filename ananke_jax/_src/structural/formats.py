@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.lexer import terminal_dfa
 from ananke_jax._src.compile.regex import choices_to_dfa, parse_regex
+from ananke_jax._src.compile.token_refs import private_spelling
 from ananke_jax._src.errors import GrammarError, SchemaError
 from ananke_jax._src.frontends.api import grammar_to_ir
 from ananke_jax._src.ir import Grammar
@@ -46,7 +47,7 @@ from ananke_jax._src.json_schema.api import json_schema_rules
 from ananke_jax._src.json_schema.gaps import MAX_WHITESPACE_RUN
 from ananke_jax._src.json_schema.layout import is_count
 from ananke_jax._src.json_schema.rules import Ref, Rules
-from ananke_jax._src.structural.text import free_text, private_spelling, until_first
+from ananke_jax._src.structural.text import free_text, until_first
 from ananke_jax._src.vocab import Vocabulary
 
 TOKEN_LEVEL = {
@@ -157,6 +158,12 @@ class StructuralCompiler:
     def grammar(self, f, pointer, ends) -> rx.Node:
         text = _string(f, "grammar", pointer)
         ir = _located(lambda: grammar_to_ir(text), f"{pointer}/grammar")
+        named = [t.token for t in ir.terminals if t.token is not None]
+        if named:
+            raise GrammarError(
+                f"{named[0]}: a grammar inside a structural tag names no tokens; tags name them in begin and end",
+                pointer=f"{pointer}/grammar",
+            )
         return self._adopt(*_grammar_bodies(ir))
 
     def sequence(self, f, pointer, ends) -> rx.Node:
