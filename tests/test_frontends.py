@@ -409,7 +409,7 @@ LARK_ERRORS = {
     "undefined rule": ("start: thing", r"thing"),
     "missing start": ('other: "a"', r"start"),
     "lookbehind before the terminal": ("start: A\nA: /(?<!x)a/", r"terminal A: .*lookbehind that reads before its start at position 0"),
-    "lookahead after an anonymous terminal": ('start: /b(?!a)/ "a"', r"terminal /b\(\?!a\)/: .*lookahead that reads past the end"),
+    "lookahead after an anonymous terminal": ('start: /b(?!ab)/ "a"', r"terminal /b\(\?!ab\)/: .*lookahead that reads past the end"),
     "backreference": ("start: A\nA: /(a)\\1/", r"terminal A: .*backreference"),
     "empty language": ('start: "a" start', r"language is empty"),
 }

@@ -55,7 +55,9 @@ class TerminalDef:
     ``units`` (a `UnitLanguage`) too, ``dfa`` reads its placeholder byte for one unit, which keeps
     long counted strings small (`lexer.terminal_dfa` spells the units out). With ``token``,
     the language is that of a token reference, given as ``dfa`` once the grammar is compiled
-    against a vocabulary (``regex`` describes it).
+    against a vocabulary (``regex`` describes it). ``not_followed_by`` holds the code point ranges
+    of a trailing ``(?![...])``: the text after the terminal (of the next terminal, ignored ones
+    included) may not begin with one of them; the end of the text may follow.
     """
 
     name: str
@@ -64,6 +66,7 @@ class TerminalDef:
     units: object = dataclasses.field(default=None, compare=False, repr=False)
     precedence: int = 0  # with lexer="lark": of the terminals matching a lexeme, the highest wins
     token: TokenRef | None = None  # a token reference: its language comes from the vocabulary
+    not_followed_by: tuple[tuple[int, int], ...] = ()  # code points no text right after it begins with
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,6 +42,7 @@ from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes, dis
 from ananke_jax._src.compile.unit_loops import LoopColumns, UnitLoops, expand_unit_loops, loop_columns
 from ananke_jax._src.engines.lr import fork_width
 from ananke_jax._src.engines.pushdown import PushdownGrammar
+from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar, TerminalDef
 from ananke_jax._src.vocab import Vocabulary
 
@@ -93,6 +94,8 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
     lr = lr_tables(grammar, max_actions=max_actions)
     begins, follow = terminal_follow(grammar, lr.terminals)
     if grammar.lexer == "lark":
+        if any(t.not_followed_by for t in grammar.terminals):
+            raise GrammarError("lexer='lark' takes no terminal's not_followed_by: Lark's lexer reads the next text itself")
         lexing = contextual_lexing(grammar, dfas, lr, follow)
         lr, lexer, loops, column_terminal = lexing.lr, lexing.lexer, None, lexing.column_terminal
         # The byte classes also keep apart the bytes that cuts treat differently.
@@ -104,8 +107,12 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
         column = {name: j for j, name in enumerate(lr.terminals)}
         lr_column = np.array([-1 if t.name in grammar.ignore else column[t.name] for t in grammar.terminals], np.int32)
         column_terminal = np.append(np.flatnonzero(lr_column >= 0), -1)
-        start_begins, start_of_context = _lexer_starts(lr_column, begins, follow)
-        lexer, loops = _lexer_with_loops(grammar.terminals, dfas, start_begins)
+        excluded_after = [()] * len(follow)
+        for t, a in zip(grammar.terminals, lr_column):
+            if a >= 0 and t.not_followed_by:
+                excluded_after[a] = t.not_followed_by
+        start_begins, start_excluded, start_of_context = _lexer_starts(lr_column, begins, follow, excluded_after)
+        lexer, loops = _lexer_with_loops(grammar.terminals, dfas, start_begins, start_excluded)
         cuts = context_free_cuts(lexer, lr_column, follow, lexer.starts[start_of_context])
         check_time()
         spelled = spell_tokens(lexer.transitions, vocab)
@@ -177,7 +184,9 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
     )
 
 
-def _lexer_with_loops(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDFA], begins: np.ndarray) -> tuple[Lexer, UnitLoops | None]:
+def _lexer_with_loops(
+    terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDFA], begins: np.ndarray, excluded: tuple[tuple, ...] | None = None
+) -> tuple[Lexer, UnitLoops | None]:
     """The lexer (`build_lexer`), the terminals' placeholder units (`TerminalDef.units`) spliced
     in as loops (`unit_loops.expand_unit_loops`), whose states `_loop_outcomes` steps per
     vocabulary. One language loops, the one whose loops hold the most states (those that read a
@@ -191,7 +200,7 @@ def _lexer_with_loops(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDF
             held[t.units] += int(reading) * (t.units.dfa.num_states - 1)
     kept = held.most_common(1)[0][0] if held else None
     dfas = {t.name: dfas[t.name] if t.units in (None, kept) else expand_unit_loops(dfas[t.name], t.units)[0] for t in terminals}
-    lexer = build_lexer(terminals, dfas, begins)
+    lexer = build_lexer(terminals, dfas, begins, excluded)
     if kept is not None:
         expanded = expand_unit_loops(ByteDFA(lexer.transitions, lexer.ends.any(axis=1), lexer.start), kept)
         if expanded is not None and expanded[1] is not None:
@@ -209,7 +218,7 @@ def _lexer_with_loops(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDF
     if kept is None:
         return lexer, None
     spelled = {t.name: expand_unit_loops(dfas[t.name], kept)[0] if t.units is kept else dfas[t.name] for t in terminals}
-    return build_lexer(terminals, spelled, begins), None
+    return build_lexer(terminals, spelled, begins, excluded), None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,28 +370,33 @@ def _merged_outcomes(*tables) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray]
     return merged, [inverse[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-def _lexer_starts(lr_column: np.ndarray, begins: np.ndarray, follow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The lexer's start states: after a cut, only the terminals that may follow the one cut.
+def _lexer_starts(
+    lr_column: np.ndarray, begins: np.ndarray, follow: np.ndarray, excluded_after: list[tuple]
+) -> tuple[np.ndarray, tuple[tuple, ...], np.ndarray]:
+    """The lexer's start states: after a cut, only the terminals that may follow the one cut,
+    and no first character the cut one excludes.
 
     Args:
       lr_column: int32[n], each lexer terminal's LR column (-1: ignored).
       begins, follow: bool[T] and bool[T, T] from `terminal_follow`.
+      excluded_after: per LR column, the code point ranges no text after it begins with.
 
     Returns:
-      bool[K, n], the terminals each start may begin, the initial state's first; and int[T + 1],
-      the start after each LR column a (at a + 1; 0: after an ignored terminal with no terminal
-      before it in the token, whose predecessor the lexer state does not know). An ignored
-      terminal hides the terminal before it, so a grammar with ignored terminals gets one start
-      that begins them all.
+      bool[K, n], the terminals each start may begin, the initial state's first; the ranges each
+      start excludes; and int[T + 1], the start after each LR column a (at a + 1; 0: after an
+      ignored terminal with no terminal before it in the token, whose predecessor the lexer
+      state does not know). An ignored terminal hides the terminal before it, so a grammar with
+      ignored terminals gets starts that begin them all.
     """
     if (lr_column < 0).any():
-        return np.ones((1, len(lr_column)), bool), np.zeros(len(follow) + 1, np.int64)
-    contexts = np.concatenate([begins[None], follow])[:, lr_column]
-    _, first, index = np.unique(contexts, axis=0, return_index=True, return_inverse=True)
-    order = np.argsort(first)  # in order of first appearance: the initial state first
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    return contexts[first[order]], rank[index.reshape(-1)]
+        rows = np.ones((len(follow) + 1, len(lr_column)), bool)
+    else:
+        rows = np.concatenate([begins[None], follow])[:, lr_column]
+    contexts = [(row.tobytes(), excluded) for row, excluded in zip(rows, [(), *excluded_after])]
+    distinct = list(dict.fromkeys(contexts))  # in order of first appearance: the initial state's first
+    index = {context: k for k, context in enumerate(distinct)}
+    rows = rows[[contexts.index(context) for context in distinct]]
+    return rows, tuple(excluded for _, excluded in distinct), np.array([index[context] for context in contexts], np.int64)
 
 
 def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

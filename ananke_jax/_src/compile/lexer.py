@@ -11,6 +11,8 @@ import dataclasses
 
 import numpy as np
 
+from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile import utf8
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, product
 from ananke_jax._src.compile.regex import regex_to_dfa
 from ananke_jax._src.compile.unit_loops import expand_unit_loops
@@ -100,7 +102,12 @@ def _without_empty_string(dfa: ByteDFA) -> ByteDFA:
     return ByteDFA(transitions, accepting, fresh)
 
 
-def build_lexer(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDFA], begins: np.ndarray | None = None) -> Lexer:
+def build_lexer(
+    terminals: tuple[TerminalDef, ...],
+    dfas: dict[str, ByteDFA],
+    begins: np.ndarray | None = None,
+    excluded: tuple[tuple, ...] | None = None,
+) -> Lexer:
     """The product of the terminal DFAs, restricted to the tuples reachable from its starts
     (`automaton.product`).
 
@@ -109,11 +116,20 @@ def build_lexer(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDFA], be
       begins: bool[K, n], the terminals each start state may begin (None: one start, all of
         them). Starts that begin only the terminals the grammar lets follow the one just cut
         keep terminals that never meet in one place from running side by side.
+      excluded: per start, the code point ranges its text may not begin with (a cut terminal's
+        `TerminalDef.not_followed_by`; () or None: none).
     """
     names = tuple(t.name for t in terminals)
     begins = np.ones((1, len(names)), bool) if begins is None else begins
-    ordered = [dfas[n] for n in names]
-    starts = np.where(begins, [d.start for d in ordered], DEAD)
+    excluded = excluded or ((),) * len(begins)
+    classes = sorted({c for c in excluded if c})
+    ordered, restricted = [], []
+    for name in names:
+        dfa, first = _with_first_characters(dfas[name], classes)
+        ordered.append(dfa)
+        restricted.append([dfa.start, *first])
+    which = [classes.index(c) + 1 if c else 0 for c in excluded]
+    starts = np.where(begins, np.array(restricted)[:, which].T, DEAD)
     transitions, local = product(ordered, starts, "the lexer (the terminals' product automaton)")
     offsets = np.cumsum([0, *(d.num_states for d in ordered[:-1])])
     accepting = np.concatenate([d.accepting for d in ordered])
@@ -124,3 +140,33 @@ def build_lexer(terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDFA], be
         alive=local != DEAD,
         starts=np.arange(1, 1 + len(begins), dtype=np.int32),
     )
+
+
+def _with_first_characters(dfa: ByteDFA, classes: list[tuple]) -> tuple[ByteDFA, list[int]]:
+    """``dfa`` with one more start per class of code point ranges, reading only a first
+    character outside the class; once it is read, the states are ``dfa``'s own. Returns the
+    DFA and the new starts."""
+    if not classes:
+        return dfa, []
+    pairs, rows, starts = [], [dfa.transitions], []  # the new states: (state of dfa, of the first character)
+    for ranges in classes:
+        first = rx.to_dfa(rx.Chars(tuple(utf8.normalise(utf8.complement(list(ranges))))))
+        ids: dict[tuple[int, int], int] = {}
+
+        def state(pair, ids=ids):
+            if pair not in ids:
+                ids[pair] = dfa.num_states + len(pairs)
+                pairs.append(pair)
+            return ids[pair]
+
+        starts.append(state((dfa.start, first.start)))
+        while len(rows) - 1 < len(pairs):  # pairs grows while it is read
+            q, f = pairs[len(rows) - 1]
+            q_next, f_next = dfa.transitions[q], first.transitions[f]
+            row = np.where(first.accepting[f_next], q_next, DEAD).astype(np.int32)
+            for b in np.flatnonzero((q_next != DEAD) & (f_next != DEAD) & ~first.accepting[f_next]):
+                row[b] = state((int(q_next[b]), int(f_next[b])))  # inside the first character
+            rows.append(row)
+    transitions = np.vstack(rows)
+    accepting = np.append(dfa.accepting, np.zeros(len(transitions) - dfa.num_states, bool))
+    return ByteDFA(transitions, accepting, dfa.start), starts

@@ -61,6 +61,29 @@ def resolve(marked: rx.Node, assertions: list[Lookaround]) -> ByteDFA:
     return rx.substitute(kept, dict.fromkeys(bytes_, b""))
 
 
+def split_at_trailing(marked: rx.Node, assertions: list[Lookaround], i: int) -> tuple[rx.Node, rx.Node, rx.Chars] | None:
+    """Where assertion ``i`` is a negative lookahead of one character class standing at the end
+    of the match (``[?](?![a-z])``), and the match alone decides every other one: the strings
+    of ``marked`` that end without it and those that end with it (both as trees, their
+    assertions resolved, markers erased) and its class, which no text after the second kind may
+    begin with. None otherwise."""
+    a, others = assertions[i], assertions[:i] + assertions[i + 1 :]
+    excluded = a.inner.parts[0] if isinstance(a.inner, rx.Seq) and len(a.inner.parts) == 2 else None
+    if not (a.ahead and a.negative and isinstance(excluded, rx.Chars) and a.inner == rx.seq(excluded, _TEXT)):
+        return None
+    everything = _anything([b.byte for b in assertions])
+    here = rx.single_byte(a.byte)
+    dfa = rx.to_dfa(marked)
+    if rx.intersect(dfa, rx.to_dfa(rx.seq(everything, here, _CHAR, everything))).start != DEAD:
+        return None  # text follows it somewhere: not at the end
+    ending = rx.to_dfa(rx.seq(everything, here, everything))
+    parts = [rx.Automaton(rx.substitute(part, {a.byte: b""})) for part in (rx.difference(dfa, ending), rx.intersect(dfa, ending))]
+    if others and any(reading_outside(part, others) is not None for part in parts):
+        return None
+    without, with_ = (rx.Automaton(resolve(part, others)) if others else part for part in parts)
+    return without, with_, excluded
+
+
 def reading_outside(marked: rx.Node, assertions: list[Lookaround]) -> int | None:
     """The index of the first assertion whose verdict, somewhere in ``marked`` taken as the
     whole text, would change with text beyond it (a lookahead near the end, a lookbehind near

@@ -160,7 +160,9 @@ def walk_outcomes(
             seq = row[pair] & seq_mask
             last = sequences.column[seq]
             new_last = np.where(column >= 0, column, last)
-            cut = start_rows[new_last + 1, read[pair]] if cuts.targets is None else cuts.targets[lex[pair], slot, read[pair]]
+            # (after an ignored terminal, the start of no terminal: the one cut before excludes nothing more)
+            after = np.where(column >= 0, column + 1, 0)
+            cut = start_rows[after, read[pair]] if cuts.targets is None else cuts.targets[lex[pair], slot, read[pair]]
             fits = (cut != DEAD) & ((column < 0) | (last < 0) | cuts.follow[np.maximum(last, 0), np.maximum(column, 0)])
             fits &= cuts.may_start[new_last + 1, cut]
             pair, column, cut, seq = pair[fits], column[fits], cut[fits], seq[fits]

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from ananke_jax._src.compile import casefold, utf8
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import ByteDFA, NFABuilder, determinise
-from ananke_jax._src.compile.lookaround import MARKER_BYTES, Lookaround, reading_outside, resolve
+from ananke_jax._src.compile.lookaround import MARKER_BYTES, Lookaround, reading_outside, resolve, split_at_trailing
 from ananke_jax._src.errors import GrammarError
 
 try:  # Python >= 3.11
@@ -80,6 +80,38 @@ def parse_regex(pattern: str) -> rx.Node:
       GrammarError: invalid syntax (with the position) or an unsupported feature (named, with
         its position).
     """
+    node, lookarounds = _translated(pattern)
+    if not lookarounds:
+        return node
+    outside = reading_outside(node, lookarounds)
+    if outside is not None:
+        _reading_outside(pattern, lookarounds, outside)
+    return rx.Automaton(resolve(node, lookarounds))
+
+
+def split_trailing_exclusion(pattern: str) -> tuple[ByteDFA | None, ByteDFA, tuple[tuple[int, int], ...]] | None:
+    """A regex whose one lookaround reading past the match is ``(?![...])`` at its end, as
+    in lark's ``[+*]|[?](?![a-z])``: the DFAs of its matches without it (None: there are none)
+    and with it, and the code point ranges no text after the latter may begin with. None for a
+    regex that its matches alone decide (`regex_to_dfa` takes it).
+
+    Raises:
+      GrammarError: as `parse_regex`, and for any other lookaround reading past the match.
+    """
+    node, lookarounds = _translated(pattern)
+    outside = reading_outside(node, lookarounds) if lookarounds else None
+    if outside is None:
+        return None
+    split = split_at_trailing(node, lookarounds, outside)
+    if split is None:
+        _reading_outside(pattern, lookarounds, outside)
+    without, with_, excluded = split
+    without = rx.to_dfa(without)
+    return (None if without.start == 0 else without), _checked(rx.to_dfa(with_), f"regex {pattern!r}"), excluded.ranges
+
+
+def _translated(pattern: str) -> tuple[rx.Node, list[Lookaround]]:
+    """The tree of a regex with a marker for each lookaround, and the lookarounds."""
     if not isinstance(pattern, str):
         raise GrammarError(f"regex must be a str, got {type(pattern).__name__}")
     try:
@@ -87,18 +119,12 @@ def parse_regex(pattern: str) -> rx.Node:
     except re.error as e:
         raise GrammarError(f"invalid regex {pattern!r}: {e.msg} at position {e.pos}") from None
     translator = _Translator(pattern)
-    node = translator.sequence(list(parsed), True, True, parsed.state.flags)
-    if not translator.lookarounds:
-        return node
-    outside = reading_outside(node, translator.lookarounds)
-    if outside is not None:
-        feature = (
-            "lookahead that reads past the end of the match"
-            if translator.lookarounds[outside].ahead
-            else "lookbehind that reads before its start"
-        )
-        _unsupported(pattern, feature, _LOOKAROUND_SOURCE, outside)
-    return rx.Automaton(resolve(node, translator.lookarounds))
+    return translator.sequence(list(parsed), True, True, parsed.state.flags), translator.lookarounds
+
+
+def _reading_outside(pattern: str, lookarounds: list[Lookaround], outside: int):
+    feature = "lookahead that reads past the end of the match" if lookarounds[outside].ahead else "lookbehind that reads before its start"
+    _unsupported(pattern, feature, _LOOKAROUND_SOURCE, outside)
 
 
 def choices_to_dfa(choices: Sequence[str | bytes]) -> ByteDFA:

@@ -31,9 +31,13 @@ Terminals:
   next one, and the first unescaped closing quote. That regular language,
   ``"(?:[^"\\\n]|\\.)*"``, is what we use (read as a whole-string match, lark's regex would
   also take unescaped quotes inside). Likewise ``common.C_COMMENT`` ends at the first ``*/``.
-* Other lookarounds are exact where the terminal's own text decides them (``/\/(?!\/)[^\/]*\//``);
-  one that would read the text after the terminal or before it (``/[?](?![a-z])/``), and
-  backreferences and the like, raise `GrammarError` naming the terminal.
+* Other lookarounds are exact where the terminal's own text decides them (``/\/(?!\/)[^\/]*\//``).
+  A negative lookahead of one character class at the end of a match (lark's own
+  ``OP: /[+*]|[?](?![a-z])/``) reads the text after the terminal: by default ``OP`` becomes a rule
+  of two terminals, the matches without it and those with it, whose ``not_followed_by`` keeps
+  the next text from beginning with the class. Any other lookaround that would read the text
+  after the terminal or before it (and with ``lexer="lark"``, or on an ignored terminal, this one
+  too), and backreferences and the like, raise `GrammarError` naming the terminal.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from lark.exceptions import LarkError
 from lark.lexer import PatternStr
 from lark.load_grammar import load_grammar
 
-from ananke_jax._src.compile.regex import regex_to_dfa
+from ananke_jax._src.compile.regex import regex_to_dfa, split_trailing_exclusion
 from ananke_jax._src.errors import BudgetError, GrammarError
 from ananke_jax._src.frontends.gbnf import regex_char, regex_literal
 from ananke_jax._src.ir import Grammar, Rule, TerminalDef
@@ -94,9 +98,21 @@ def lark_to_ir(text: str, *, start: str = "start", lexer: str = "context_free") 
         terminals, key=lambda t: (-t.priority, not isinstance(t.pattern, PatternStr), -t.pattern.max_width, -len(t.pattern.value), t.name)
     )
     precedence = {t.name: len(order) - i for i, t in enumerate(order)}
+    defs, wrappers = [], []
+    for t in terminals:
+        regex = _terminal_regex(t)
+        split = _checked(t, regex, may_split=lexer == "context_free" and t.name not in ignore)
+        if split is None:
+            defs.append(TerminalDef(t.name, regex, precedence=precedence[t.name]))
+            continue
+        without, with_, excluded = split
+        parts = [TerminalDef(f"{t.name}__1", regex, dfa=without)] if without is not None else []
+        parts.append(TerminalDef(f"{t.name}__{len(parts) + 1}", regex, dfa=with_, not_followed_by=excluded))
+        defs += parts
+        wrappers += [Rule(t.name, (part.name,)) for part in parts]
     return Grammar(
-        rules=tuple(Rule(r.origin.name, tuple(s.name for s in r.expansion)) for r in rules),
-        terminals=tuple(TerminalDef(t.name, _terminal_regex(t), precedence=precedence[t.name]) for t in terminals),
+        rules=(*(Rule(r.origin.name, tuple(s.name for s in r.expansion)) for r in rules), *wrappers),
+        terminals=tuple(defs),
         start=start,
         ignore=tuple(ignore),
         lexer=lexer,
@@ -116,13 +132,21 @@ def _terminal_regex(terminal) -> str:
     regex = _STRING_ESC_INNER.sub(_string_body, regex)
     if "(?x" not in regex:  # raw whitespace is not literal in verbose mode: leave it alone there
         regex = _CONTROL.sub(_escape_control, regex)
+    return regex
+
+
+def _checked(terminal, regex: str, *, may_split: bool):
+    """None where the regex alone is the terminal's language, or with ``may_split`` its
+    `regex.split_trailing_exclusion`; raises naming the terminal."""
     try:
-        regex_to_dfa(regex)
+        split = split_trailing_exclusion(regex) if may_split else None
+        if split is None:
+            regex_to_dfa(regex)
+        return split
     except BudgetError as error:
         raise BudgetError(f"Lark terminal {terminal.user_repr()}: {error}", budget=error.budget) from None
     except GrammarError as error:
         raise GrammarError(f"Lark terminal {terminal.user_repr()}: {error}") from None
-    return regex
 
 
 def _string_body(match: re.Match) -> str:

@@ -164,6 +164,12 @@ class StructuralCompiler:
                 f"{named[0]}: a grammar inside a structural tag names no tokens; tags name them in begin and end",
                 pointer=f"{pointer}/grammar",
             )
+        peeking = [t.name for t in ir.terminals if t.not_followed_by]
+        if peeking:
+            raise GrammarError(
+                f"terminal {peeking[0]} reads the text after it (a trailing lookahead), which a tag's grammar cannot",
+                pointer=f"{pointer}/grammar",
+            )
         return self._adopt(*_grammar_bodies(ir))
 
     def sequence(self, f, pointer, ends) -> rx.Node:
