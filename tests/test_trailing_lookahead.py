@@ -21,7 +21,7 @@ NESTED = r"""
 start: item*
 item: "(" item* ")" | OP | NAME | " "
 OP: /[+*]|[?](?![a-z])/
-NAME: /[a-z]+/
+NAME: /[a-z]+|_[a-z]*/
 """
 NESTED_IGNORING_SPACES = r"""
 start: item*
@@ -30,7 +30,7 @@ OP: /[+*]|[?](?![a-z])/
 NAME: /[a-z]+/
 %ignore " "
 """
-ALPHABET = "()+?ab "
+ALPHABET = "()+?ab _"
 TOKENS = [b"<eos>"] + ["".join(p).encode() for n in (1, 2) for p in itertools.product(ALPHABET, repeat=n)]
 
 
@@ -78,6 +78,7 @@ def test_masks_match_lark_earley_along_random_walks(grammar):
     # The lookahead decides: a '?' before a letter is refused, before anything else taken.
     assert not _viable(grammar, "(?a") and _viable(grammar, "(?)") and _viable(grammar, "a?+b")
     assert _viable(grammar, "(? a")  # a space between, item or ignored
+    assert _viable(grammar, "?_a") == (grammar == NESTED)  # a name may begin with '_' there
 
 
 def test_the_terminal_splits_into_matches_with_and_without_the_lookahead():
@@ -106,6 +107,30 @@ def test_other_lookaheads_past_the_end_are_refused_naming_the_terminal(grammar, 
         aj.lark_to_ir(grammar)
 
 
+@pytest.mark.parametrize(
+    "grammar, refused",
+    [
+        ("start: OP NAME", True),  # '?' could be written, then no name
+        ('start: OP NAME\n%ignore " "', False),  # a space may come between
+        ('start: OP (NAME | "1")', True),  # conservative: '1' would do, still refused
+        ('start: OP "+" NAME', False),
+    ],
+)
+def test_a_lookahead_that_every_follower_fails_is_refused(grammar, refused):
+    """Where the rules let a terminal that only begins with the class follow, the parser could
+    take text after which nothing may come: refused, naming both terminals."""
+    text = grammar + "\nOP: /[+*]|[?](?![a-z])/\nNAME: /[a-z]+/\n"
+    vocab = aj.Vocabulary.from_tokens(TOKENS, eos_token_ids=[0])
+    if refused:
+        with pytest.raises(aj.GrammarError, match=r"terminal OP__2 may not be followed by .* every string of NAME begins"):
+            aj.compile_lark(text, vocab)
+    else:
+        cg = aj.compile_lark(text, vocab)
+        state = _advance(cg, cg.init_state(), TOKENS.index(b"?"))
+        allowed = unpack(_mask(cg, state))[: len(TOKENS)]
+        assert not allowed[TOKENS.index(b"a")] and allowed[TOKENS.index(b" " if "ignore" in grammar else b"+")]
+
+
 def test_lark_mode_and_structural_tags_keep_refusing_it(sentencepiece_vocab):
     with pytest.raises(aj.GrammarError, match=r"Lark terminal OP: .*lookahead that reads past the end"):
         aj.lark_to_ir(NESTED, lexer="lark")
@@ -114,6 +139,7 @@ def test_lark_mode_and_structural_tags_keep_refusing_it(sentencepiece_vocab):
     assert e.value.pointer == "#/grammar"
 
 
+@pytest.mark.slow
 def test_lark_grammar_files_walk_through_lark_lark(sentencepiece_vocab, sentencepiece_encode):
     """lark.lark (which lark ships) compiles; lark's own grammar files are sentences of it,
     accepted token by token, and complete exactly where lark's Earley parser, reading every

@@ -32,7 +32,7 @@ from ananke_jax._src.compile.arrays import (
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc, row_groups
 from ananke_jax._src.compile.budget import charge_bytes, charge_states, check_time
 from ananke_jax._src.compile.lark_lexer import contextual_lexing
-from ananke_jax._src.compile.lexer import Lexer, build_lexer, without_empty_terminals
+from ananke_jax._src.compile.lexer import Lexer, begins_outside, build_lexer, without_empty_terminals
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import MAX_LANES, outcome_tries
 from ananke_jax._src.compile.outcome_walk import CHUNK_ROWS, Cuts, WalkedOutcomes, context_free_cuts, walk_outcomes
@@ -111,6 +111,7 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
         for t, a in zip(grammar.terminals, lr_column):
             if a >= 0 and t.not_followed_by:
                 excluded_after[a] = t.not_followed_by
+        _check_exclusions(grammar, dfas, lr.terminals, follow, excluded_after)
         start_begins, start_excluded, start_of_context = _lexer_starts(lr_column, begins, follow, excluded_after)
         lexer, loops = _lexer_with_loops(grammar.terminals, dfas, start_begins, start_excluded)
         cuts = context_free_cuts(lexer, lr_column, follow, lexer.starts[start_of_context])
@@ -368,6 +369,27 @@ def _merged_outcomes(*tables) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray]
         distinct[:, width + 1].astype(np.int32),
     )
     return merged, [inverse[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def _check_exclusions(
+    grammar: Grammar, dfas: dict[str, ByteDFA], columns: tuple[str, ...], follow: np.ndarray, excluded_after: list[tuple]
+) -> None:
+    """Refuse a terminal whose ``not_followed_by`` excludes every string of a terminal that the
+    rules let follow it somewhere, unless an ignored terminal may come between: the parser, which
+    knows terminals and not their first characters, could take text after which nothing may
+    follow (a dead end). Otherwise whatever the parser needs next can begin outside the class,
+    and masks stay exact. (Conservative: the follower may not be the only way on.)"""
+    between = any(begins_outside(dfas[name], ranges) for name in grammar.ignore for ranges in filter(None, excluded_after))
+    for a, ranges in enumerate(excluded_after):
+        if not ranges or between:
+            continue
+        blocked = [columns[b] for b in np.flatnonzero(follow[a]) if columns[b] in dfas and not begins_outside(dfas[columns[b]], ranges)]
+        if blocked:
+            raise GrammarError(
+                f"terminal {columns[a]} may not be followed by a character of its lookahead, with which every string of "
+                f"{', '.join(blocked)} begins, and the rules let {'them' if len(blocked) > 1 else 'it'} follow it: "
+                "text could be written that nothing completes (allow some text between them, or drop the lookahead)"
+            )
 
 
 def _lexer_starts(

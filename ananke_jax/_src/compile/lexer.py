@@ -142,6 +142,20 @@ def build_lexer(
     )
 
 
+def begins_outside(dfa: ByteDFA, ranges: tuple) -> bool:
+    """Whether some string of ``dfa`` begins with a character outside the code point ``ranges``."""
+    restricted, (start,) = _with_first_characters(dfa, [ranges])
+    seen, todo = {start}, [start]
+    while todo:
+        q = todo.pop()
+        if restricted.accepting[q]:
+            return True
+        for r in set(restricted.transitions[q].tolist()) - seen - {DEAD}:
+            seen.add(r)
+            todo.append(r)
+    return False
+
+
 def _with_first_characters(dfa: ByteDFA, classes: list[tuple]) -> tuple[ByteDFA, list[int]]:
     """``dfa`` with one more start per class of code point ranges, reading only a first
     character outside the class; once it is read, the states are ``dfa``'s own. Returns the
