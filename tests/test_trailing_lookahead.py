@@ -6,6 +6,7 @@ lark.lark with a real vocabulary."""
 import functools
 import itertools
 import pathlib
+import re
 
 import lark
 import numpy as np
@@ -129,6 +130,32 @@ def test_a_lookahead_that_every_follower_fails_is_refused(grammar, refused):
         state = _advance(cg, cg.init_state(), TOKENS.index(b"?"))
         allowed = unpack(_mask(cg, state))[: len(TOKENS)]
         assert not allowed[TOKENS.index(b"a")] and allowed[TOKENS.index(b" " if "ignore" in grammar else b"+")]
+
+
+@pytest.mark.parametrize(
+    "grammar, message",
+    [
+        # An ignored space begins outside OP's class but inside B's: it does not excuse B.
+        (
+            'start: OP NAME | B S\nOP: /[?](?![a-z])/\nNAME: /[a-z]+/\nB: /b(?![ ])/\nS: / x/\n%ignore " "',
+            "terminal B__1 may not be followed",
+        ),
+        ("start: A\nA: /a?(?![a-z])/", "lookahead that reads past the end"),  # the empty match would lose it
+        ("start: A\nA: /a(?![x])(?:(?=b)b)?/", "lookahead that reads past the end"),  # text after it, past a marker
+    ],
+)
+def test_lookaheads_that_cannot_be_kept_exact_are_refused(grammar, message):
+    vocab = aj.Vocabulary.from_tokens(TOKENS, eos_token_ids=[0])
+    with pytest.raises(aj.GrammarError, match=re.escape(message)):
+        aj.compile_lark(grammar, vocab)
+    ignored = aj.Grammar(
+        rules=(aj.Rule("start", ("A",)),),
+        terminals=(aj.TerminalDef("A", "a"), aj.TerminalDef("W", " ", not_followed_by=((97, 97),))),
+        start="start",
+        ignore=("W",),
+    )
+    with pytest.raises(aj.GrammarError, match="ignored terminal W has a not_followed_by"):
+        aj.compile_grammar(ignored, vocab)
 
 
 def test_lark_mode_and_structural_tags_keep_refusing_it(sentencepiece_vocab):

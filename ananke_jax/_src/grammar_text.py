@@ -6,6 +6,7 @@ import re
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.regex import parse_regex
+from ananke_jax._src.errors import GrammarError
 from ananke_jax._src.ir import Grammar
 
 
@@ -14,6 +15,8 @@ def to_lark(grammar: Grammar) -> str:
 
     A terminal that matches the empty string is used as ``T?``.
     """
+    if any(t.token is not None for t in grammar.terminals):
+        raise GrammarError("Lark has no token references: this grammar names tokens")
     names = lark_names(grammar)
     lines = []
     for n in grammar.nonterminals:
@@ -47,7 +50,7 @@ def to_gbnf(grammar: Grammar) -> str:
     for n in grammar.nonterminals:
         alternatives = [" ".join(names[s] for s in r.expansion) or '""' for r in grammar.rules_of(n)]
         lines.append(f"{names[n]} ::= " + " | ".join(alternatives))
-    lines += [f"{names[t.name]} ::= {_gbnf(parse_regex(t.regex))}" for t in grammar.terminals]
+    lines += [f"{names[t.name]} ::= {t.token.written if t.token else _gbnf(parse_regex(t.regex))}" for t in grammar.terminals]
     return "\n".join(lines) + "\n"
 
 

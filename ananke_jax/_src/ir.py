@@ -26,10 +26,12 @@ LEXERS = ("context_free", "lark")
 @dataclasses.dataclass(frozen=True)
 class TokenRef:
     """A token named by its id (``key`` an int: GBNF's ``<[10]>``) or by its text (a str:
-    ``<think>`` names the token written ``<think>``, ``<[INST]>`` the one written ``[INST]``). A terminal of a plain reference is that token alone; one of a ``negated`` run
-    (``!<[11]>*``, ``!<[11]>+``) is the text written by ``at_least`` (0 or 1) or more tokens
-    other than it. The vocabulary resolves them when the grammar is compiled
-    (`compile.token_refs`)."""
+    ``<think>`` names the token written ``<think>``, ``<[INST]>`` the one written ``[INST]``).
+
+    A terminal of a plain reference is that token alone; one of a ``negated`` run (``!<[11]>*``,
+    ``!<[11]>+``) is the text written by ``at_least`` (0 or 1) or more tokens other than it,
+    special tokens the grammar does not name aside. The vocabulary resolves them when the
+    grammar is compiled (`compile.token_refs`)."""
 
     key: int | str
     negated: bool = False

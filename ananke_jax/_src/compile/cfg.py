@@ -109,7 +109,9 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
         column_terminal = np.append(np.flatnonzero(lr_column >= 0), -1)
         excluded_after = [()] * len(follow)
         for t, a in zip(grammar.terminals, lr_column):
-            if a >= 0 and t.not_followed_by:
+            if t.not_followed_by and a < 0:
+                raise GrammarError(f"ignored terminal {t.name} has a not_followed_by, which only a terminal of the rules may have")
+            if t.not_followed_by:
                 excluded_after[a] = t.not_followed_by
         _check_exclusions(grammar, dfas, lr.terminals, follow, excluded_after)
         start_begins, start_excluded, start_of_context = _lexer_starts(lr_column, begins, follow, excluded_after)
@@ -379,9 +381,8 @@ def _check_exclusions(
     knows terminals and not their first characters, could take text after which nothing may
     follow (a dead end). Otherwise whatever the parser needs next can begin outside the class,
     and masks stay exact. (Conservative: the follower may not be the only way on.)"""
-    between = any(begins_outside(dfas[name], ranges) for name in grammar.ignore for ranges in filter(None, excluded_after))
     for a, ranges in enumerate(excluded_after):
-        if not ranges or between:
+        if not ranges or any(begins_outside(dfas[name], ranges) for name in grammar.ignore):
             continue
         blocked = [columns[b] for b in np.flatnonzero(follow[a]) if columns[b] in dfas and not begins_outside(dfas[columns[b]], ranges)]
         if blocked:
@@ -406,19 +407,19 @@ def _lexer_starts(
     Returns:
       bool[K, n], the terminals each start may begin, the initial state's first; the ranges each
       start excludes; and int[T + 1], the start after each LR column a (at a + 1; 0: after an
-      ignored terminal with no terminal before it in the token, whose predecessor the lexer
-      state does not know). An ignored terminal hides the terminal before it, so a grammar with
-      ignored terminals gets starts that begin them all.
+      ignored terminal, or none yet). An ignored terminal hides the terminal before it, so a
+      grammar with ignored terminals gets starts that begin them all.
     """
     if (lr_column < 0).any():
         rows = np.ones((len(follow) + 1, len(lr_column)), bool)
     else:
         rows = np.concatenate([begins[None], follow])[:, lr_column]
     contexts = [(row.tobytes(), excluded) for row, excluded in zip(rows, [(), *excluded_after])]
-    distinct = list(dict.fromkeys(contexts))  # in order of first appearance: the initial state's first
-    index = {context: k for k, context in enumerate(distinct)}
-    rows = rows[[contexts.index(context) for context in distinct]]
-    return rows, tuple(excluded for _, excluded in distinct), np.array([index[context] for context in contexts], np.int64)
+    first: dict[tuple, int] = {}  # each distinct context's first row: the initial state's first
+    for i, context in enumerate(contexts):
+        first.setdefault(context, i)
+    index = {context: k for k, context in enumerate(first)}
+    return rows[list(first.values())], tuple(excluded for _, excluded in first), np.array([index[c] for c in contexts], np.int64)
 
 
 def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

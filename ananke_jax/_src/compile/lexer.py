@@ -51,13 +51,15 @@ class Lexer:
 
 def terminal_dfa(terminal: TerminalDef) -> ByteDFA:
     """The byte DFA of a terminal's language, its units spelled out."""
+    dfa = _read(terminal)
+    return dfa if terminal.units is None else expand_unit_loops(dfa, terminal.units)[0]
+
+
+def _read(terminal: TerminalDef) -> ByteDFA:
+    """The terminal's ``dfa``, or its regex's (units read as placeholders)."""
     if terminal.token is not None and terminal.dfa is None:
         raise GrammarError(f"{terminal.token} is read only against a vocabulary (compile the grammar)")
-    if terminal.dfa is None:
-        return regex_to_dfa(terminal.regex)
-    if terminal.units is None:
-        return terminal.dfa
-    return expand_unit_loops(terminal.dfa, terminal.units)[0]
+    return regex_to_dfa(terminal.regex) if terminal.dfa is None else terminal.dfa
 
 
 def without_empty_terminals(grammar: Grammar) -> tuple[Grammar, dict[str, ByteDFA]]:
@@ -72,7 +74,7 @@ def without_empty_terminals(grammar: Grammar) -> tuple[Grammar, dict[str, ByteDF
     """
     dfas, optional_rules, terminals, replace = {}, [], [], {}
     for t in grammar.terminals:
-        dfa = t.dfa if t.dfa is not None else regex_to_dfa(t.regex)
+        dfa = _read(t)
         if not dfa.accepting[dfa.start]:
             dfas[t.name] = dfa
             terminals.append(t)

@@ -71,10 +71,11 @@ def split_at_trailing(marked: rx.Node, assertions: list[Lookaround], i: int) -> 
     excluded = a.inner.parts[0] if isinstance(a.inner, rx.Seq) and len(a.inner.parts) == 2 else None
     if not (a.ahead and a.negative and isinstance(excluded, rx.Chars) and a.inner == rx.seq(excluded, _TEXT)):
         return None
-    everything = _anything([b.byte for b in assertions])
+    bytes_ = [b.byte for b in assertions]
+    everything, markers = _anything(bytes_), rx.star(rx.alt(*map(rx.single_byte, bytes_)))
     here = rx.single_byte(a.byte)
     dfa = rx.to_dfa(marked)
-    if rx.intersect(dfa, rx.to_dfa(rx.seq(everything, here, _CHAR, everything))).start != DEAD:
+    if rx.intersect(dfa, rx.to_dfa(rx.seq(everything, here, markers, _CHAR, everything))).start != DEAD:
         return None  # text follows it somewhere: not at the end
     ending = rx.to_dfa(rx.seq(everything, here, everything))
     parts = [rx.Automaton(rx.substitute(part, {a.byte: b""})) for part in (rx.difference(dfa, ending), rx.intersect(dfa, ending))]

@@ -53,7 +53,7 @@ class Cuts:
       may_start: bool[T + 1, Q], after LR column a (or none), lexer state p may still become a
         terminal that can follow.
       start_after: int[T + 1], the lexer start after LR column a (at a + 1; at 0: no terminal
-        yet, or one the lexer state does not know); or else
+        yet, or an ignored one); or else
       targets: int[Q, E, C], the lexer state after cut e from each state before each label
         (``lexer="lark"``, `lark_lexer.ContextualLexing`).
     """

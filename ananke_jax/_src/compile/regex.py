@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from ananke_jax._src.compile import casefold, utf8
 from ananke_jax._src.compile import regex_ast as rx
-from ananke_jax._src.compile.automaton import ByteDFA, NFABuilder, determinise
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, NFABuilder, determinise
 from ananke_jax._src.compile.lookaround import MARKER_BYTES, Lookaround, reading_outside, resolve, split_at_trailing
 from ananke_jax._src.errors import GrammarError
 
@@ -105,9 +105,10 @@ def split_trailing_exclusion(pattern: str) -> tuple[ByteDFA | None, ByteDFA, tup
     split = split_at_trailing(node, lookarounds, outside)
     if split is None:
         _reading_outside(pattern, lookarounds, outside)
-    without, with_, excluded = split
-    without = rx.to_dfa(without)
-    return (None if without.start == 0 else without), _checked(rx.to_dfa(with_), f"regex {pattern!r}"), excluded.ranges
+    without, with_ = (rx.to_dfa(part) for part in split[:2])
+    if with_.start == DEAD or with_.accepting[with_.start]:  # nothing to exclude after, or after nothing
+        _reading_outside(pattern, lookarounds, outside)
+    return (None if without.start == DEAD else without), with_, split[2].ranges
 
 
 def _translated(pattern: str) -> tuple[rx.Node, list[Lookaround]]:

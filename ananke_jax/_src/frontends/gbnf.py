@@ -475,7 +475,8 @@ class _Lowering:
         if node.ref.negated and not node.run:
             single = node.ref.written[:-1]
             raise GrammarError(
-                f"{node.ref.where}: {single} must be repeated, as {single}* or {single}+ (the text of exactly one token is no language of bytes)"
+                f"{node.ref.where}: {single} must itself be followed by * or +, as {single}* or {single}+ "
+                "(the text of exactly one token is no language of bytes)"
             )
         if node.ref not in self.token_terminals:
             self.token_terminals[node.ref] = self._terminal_name(base)
