@@ -90,6 +90,8 @@ def test_the_terminal_splits_into_matches_with_and_without_the_lookahead():
     assert parts["OP__2"].not_followed_by == excluded == ((ord("a"), ord("z")),) and not parts["OP__1"].not_followed_by
     assert without.num_states == with_.num_states == 3
     assert split_trailing_exclusion("[a-z]+") is None
+    clash = aj.lark_to_ir('start: OP OP__1\nOP: /[+*]|[?](?![a-z])/\nOP__1: "x"')  # a terminal of that name already
+    assert {r.expansion for r in clash.rules_of("OP")} == {("OP__2",), ("OP__3",)}
 
 
 @pytest.mark.parametrize(

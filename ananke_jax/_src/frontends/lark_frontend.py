@@ -42,6 +42,7 @@ Terminals:
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from lark.exceptions import LarkError
@@ -99,6 +100,7 @@ def lark_to_ir(text: str, *, start: str = "start", lexer: str = "context_free") 
     )
     precedence = {t.name: len(order) - i for i, t in enumerate(order)}
     defs, wrappers = [], []
+    taken = {t.name for t in terminals} | {r.origin.name for r in rules}
     for t in terminals:
         regex = _terminal_regex(t)
         split = _checked(t, regex, may_split=lexer == "context_free" and t.name not in ignore)
@@ -106,8 +108,10 @@ def lark_to_ir(text: str, *, start: str = "start", lexer: str = "context_free") 
             defs.append(TerminalDef(t.name, regex, precedence=precedence[t.name]))
             continue
         without, with_, excluded = split
-        parts = [TerminalDef(f"{t.name}__1", regex, dfa=without)] if without is not None else []
-        parts.append(TerminalDef(f"{t.name}__{len(parts) + 1}", regex, dfa=with_, not_followed_by=excluded))
+        names = (n for k in itertools.count(1) if (n := f"{t.name}__{k}") not in taken)
+        parts = [TerminalDef(next(names), regex, dfa=without)] if without is not None else []
+        parts.append(TerminalDef(next(names), regex, dfa=with_, not_followed_by=excluded))
+        taken.update(p.name for p in parts)
         defs += parts
         wrappers += [Rule(t.name, (part.name,)) for part in parts]
     return Grammar(
