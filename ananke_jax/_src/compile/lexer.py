@@ -13,7 +13,7 @@ import numpy as np
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile import utf8
-from ananke_jax._src.compile.automaton import DEAD, ByteDFA, product
+from ananke_jax._src.compile.automaton import DEAD, ByteDFA, product, trimmed
 from ananke_jax._src.compile.regex import regex_to_dfa
 from ananke_jax._src.compile.unit_loops import expand_unit_loops
 from ananke_jax._src.errors import GrammarError
@@ -125,9 +125,10 @@ def build_lexer(
     begins = np.ones((1, len(names)), bool) if begins is None else begins
     excluded = excluded or ((),) * len(begins)
     classes = sorted({c for c in excluded if c})
+    firsts = [_first_character_outside(c) for c in classes]
     ordered, restricted = [], []
     for name in names:
-        dfa, first = _with_first_characters(dfas[name], classes)
+        dfa, first = _with_first_characters(dfas[name], firsts)
         ordered.append(dfa)
         restricted.append([dfa.start, *first])
     which = [classes.index(c) + 1 if c else 0 for c in excluded]
@@ -146,27 +147,23 @@ def build_lexer(
 
 def begins_outside(dfa: ByteDFA, ranges: tuple) -> bool:
     """Whether some string of ``dfa`` begins with a character outside the code point ``ranges``."""
-    restricted, (start,) = _with_first_characters(dfa, [ranges])
-    seen, todo = {start}, [start]
-    while todo:
-        q = todo.pop()
-        if restricted.accepting[q]:
-            return True
-        for r in set(restricted.transitions[q].tolist()) - seen - {DEAD}:
-            seen.add(r)
-            todo.append(r)
-    return False
+    restricted, (start,) = _with_first_characters(dfa, [_first_character_outside(ranges)])
+    return trimmed(restricted.transitions, restricted.accepting, start=start, byte_class=np.arange(256)).start != DEAD
 
 
-def _with_first_characters(dfa: ByteDFA, classes: list[tuple]) -> tuple[ByteDFA, list[int]]:
-    """``dfa`` with one more start per class of code point ranges, reading only a first
-    character outside the class; once it is read, the states are ``dfa``'s own. Returns the
+def _first_character_outside(ranges: tuple) -> ByteDFA:
+    """The DFA of one character outside the code point ``ranges``."""
+    return rx.to_dfa(rx.Chars(tuple(utf8.normalise(utf8.complement(list(ranges))))))
+
+
+def _with_first_characters(dfa: ByteDFA, firsts: list[ByteDFA]) -> tuple[ByteDFA, list[int]]:
+    """``dfa`` with one more start per automaton of ``firsts`` (one character each), reading
+    first a character it accepts; once that is read, the states are ``dfa``'s own. Returns the
     DFA and the new starts."""
-    if not classes:
+    if not firsts:
         return dfa, []
     pairs, rows, starts = [], [dfa.transitions], []  # the new states: (state of dfa, of the first character)
-    for ranges in classes:
-        first = rx.to_dfa(rx.Chars(tuple(utf8.normalise(utf8.complement(list(ranges))))))
+    for first in firsts:
         ids: dict[tuple[int, int], int] = {}
 
         def state(pair, ids=ids):

@@ -72,12 +72,11 @@ def spell_token_refs(grammar: Grammar, vocab: Vocabulary) -> tuple[Grammar, Voca
             raise GrammarError(f"{ref}: names the end-of-sequence token, which ends the output when the grammar is complete")
     named = tuple(dict.fromkeys(t for t in ids.values() if t not in eos))
     spelled = spelled_vocabulary(vocab, named)
-    spelling = {token: private_spelling(k) for k, token in enumerate(named)}
 
     def language(ref: TokenRef):
         if not ref.negated:
-            return choices_to_dfa([spelling[ids[ref.key]]])
-        others = [spelling[t] for t in named if t != ids[ref.key]]
+            return choices_to_dfa([spelled.tokens[ids[ref.key]]])
+        others = [spelled.tokens[t] for t in named if t != ids[ref.key]]
         written = rx.alt(ANY_CHAR, rx.Automaton(choices_to_dfa(others))) if others else ANY_CHAR
         return rx.to_dfa(rx.repeat(written, ref.at_least, None))
 
