@@ -15,7 +15,7 @@ import pytest
 from lark import Lark
 
 import ananke_jax as aj
-from ananke_jax._src.compile import automaton, cfg, token_table
+from ananke_jax._src.compile import automaton, cfg, outcome_walk, token_table
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.cfg import _lexer_with_loops
 from ananke_jax._src.compile.lexer import without_empty_terminals
@@ -157,6 +157,36 @@ def test_a_schema_split_into_small_terminals_allows_what_its_token_dfa_allows(na
                 break
             token = int(rng.choice(choices))
             state, reference = _advance(split, state, token), _advance(whole, reference, token)
+
+
+@pytest.mark.parametrize("name", ["any_value", "person"])
+def test_outcome_walks_in_groups_of_source_states_give_the_same_tables(name, sentencepiece_vocab, monkeypatch):
+    """The outcome walk takes the lexer states in groups (`outcome_walk._source_groups`), each
+    walked apart and their columns merged: groups of 8 states allow what one walk of them all
+    allows, along random walks (``person`` split into terminals of 40 NFA states)."""
+    schema = REGULAR.get(name, {})
+
+    def compiled():
+        if name == "any_value":
+            return aj.compile_json_schema(schema, sentencepiece_vocab)
+        rules = json_schema_rules(schema, placeholder_gaps=True)
+        return compile_in_pieces(rules, sentencepiece_vocab, 40, gap_run=MAX_WHITESPACE_RUN, stack_depth=64, max_configs=8)
+
+    monkeypatch.setattr(outcome_walk, "GROUP_SOURCES", 10**9)
+    whole = compiled()
+    groups, grouped = [], outcome_walk._source_groups
+
+    def spied(*args):
+        found = grouped(*args)
+        groups.append(list(found))  # (the walk pops the list it is given)
+        return found
+
+    monkeypatch.setattr(outcome_walk, "GROUP_SOURCES", 8)
+    monkeypatch.setattr(outcome_walk, "_source_groups", spied)
+    split = compiled()
+    assert max(map(len, groups)) > 3, "the walk was in groups"
+    assert all(np.array_equal(np.sort(np.concatenate(g)), np.unique(np.concatenate(g))) for g in groups), "each state once"
+    _assert_walks_alike(split, whole, sentencepiece_vocab, seed=9, walks=4, steps=40)
 
 
 @pytest.mark.parametrize("lo, hi", [(2, 30), (0, 3), (3, 3), (2, 3), (3, None)])

@@ -442,10 +442,11 @@ def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tup
     if not (keys[1][first][set_of_group] == keys[1]).all():  # the first sums collided
         _, first, set_of_group = np.unique(np.stack(keys, axis=1), axis=0, return_index=True, return_inverse=True)
         set_of_group = set_of_group.reshape(-1)
-    sizes = np.diff(np.append(starts, len(outcome)))
+    sizes = np.diff(np.append(starts, len(outcome)))[first]
+    owner = np.repeat(np.arange(len(first)), sizes)
+    members = outcome[concatenated_ranges(starts[first], sizes)]
     set_members = np.full((len(distinct) + 1, int(sizes.max(initial=1))), -1, np.int32)
-    for j, g in enumerate(first.tolist()):
-        set_members[j + 1, : sizes[g]] = np.sort(outcome[starts[g] : starts[g] + sizes[g]])
+    set_members[owner + 1, concatenated_ranges(np.zeros(len(first), np.int64), sizes)] = members[np.lexsort((members, owner))]
     return q[starts], string[starts], (set_of_group + 1).astype(np.int32), set_members
 
 

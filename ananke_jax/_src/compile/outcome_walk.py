@@ -14,6 +14,7 @@ literal, a number, whitespace; below the first few levels almost every step was 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 
@@ -27,14 +28,15 @@ from ananke_jax._src.compile.arrays import (
     sorted_unique,
     unique_inverse,
 )
-from ananke_jax._src.compile.automaton import DEAD
+from ananke_jax._src.compile.automaton import DEAD, row_groups
 from ananke_jax._src.compile.budget import check_time
 from ananke_jax._src.compile.lark_lexer import NO_CUT
 from ananke_jax._src.compile.lexer import Lexer
 from ananke_jax._src.compile.outcome_trie import Paths
-from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes
+from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes, distinct_rows
 from ananke_jax._src.errors import GrammarError
 
+GROUP_SOURCES = 512  # the source states of a walk, at least, where a lexer has more
 MAX_FRONTIER = 20_000_000  # the most rows of a level before its source states are walked in halves
 CHUNK_ROWS = 1 << 20  # rows stepped at once: the time between deadline checks
 _SORT_SECONDS_PER_ROW = 5e-8  # a level's sort, foreseen at the deadline check before it
@@ -223,9 +225,10 @@ def walk_outcomes(
         ends = (np.repeat(np.arange(len(used)), hi - lo) << top_shift) | functions.rows.values[concatenated_ranges(lo, hi - lo)]
         return string_column, ends
 
-    # Sources are walked apart from one another, so a walk whose frontier is too large is split
-    # in halves; only one from a single state is refused (its strings split too many ways).
-    parts, pending = [], [np.unique(sources).astype(np.int64)]
+    # Sources are walked apart from one another, in groups (`_source_groups`); a walk whose
+    # frontier is too large is split in halves, and only one from a single state is refused (its
+    # strings split too many ways).
+    parts, pending = [], _source_groups(lexer, np.unique(sources).astype(np.int64))
     while pending:
         part = pending.pop()
         try:
@@ -255,6 +258,27 @@ def walk_outcomes(
         lengths=lengths[order],
         lexer_after=lexer_after[order].astype(np.int32),
     )
+
+
+def _source_groups(lexer: Lexer, sources: np.ndarray) -> list[np.ndarray]:
+    """``sources`` (int64[N], sorted) in groups of about `GROUP_SOURCES` states or more, those alive
+    for the same terminals together, in the order they are to be walked (one group when N is
+    at most `GROUP_SOURCES`).
+
+    Two trie nodes share a function only where they act alike from every source walked with
+    them, so sources inside different terminals, walked together, share few: on a lexer of 28k
+    states (a schema's patterns), the walk in groups stepped 51M rows instead of 117M, in about
+    a third of the time."""
+    if len(sources) <= GROUP_SOURCES:
+        return [sources]
+    kind = row_groups(np.packbits(lexer.alive[sources], axis=1))
+    order = np.argsort(kind, kind="stable")
+    bounds, start = [0], 0
+    for end in [*(np.flatnonzero(np.diff(kind[order])) + 1).tolist(), len(order)]:
+        if end - start >= GROUP_SOURCES or end == len(order):
+            bounds.append(end)
+            start = end
+    return [np.sort(sources[order[a:b]]) for a, b in itertools.pairwise(bounds)][::-1]
 
 
 _UNKNOWN = -2  # `_Functions.stepped` of a step not taken yet
@@ -321,7 +345,9 @@ def _mixed(values: np.ndarray, seed: int) -> np.ndarray:
 def _merged_parts(parts: list[tuple[np.ndarray, np.ndarray]], top_shift: int) -> tuple[np.ndarray, np.ndarray]:
     """One walk's (string columns, end rows) from the walks of parts of its sources: a column
     per distinct tuple of the parts' columns, holding their rows."""
-    distinct, inverse = np.unique(np.stack([p[0] for p in parts], axis=1), axis=0, return_inverse=True)
+    columns = np.stack([p[0] for p in parts], axis=1)
+    inverse, representative = distinct_rows(columns)
+    distinct = columns[representative]
     live = ~(distinct == -1).all(axis=1)
     column = np.where(live, np.cumsum(live) - 1, -1)
     rows = []
