@@ -94,16 +94,32 @@ def test_a_schema_over_the_budget_whole_and_in_pieces_names_both_limits(sentence
     """A schema without recursion whose one automaton would be over ``max_states`` goes to the
     pushdown engine in pieces; where that stops on a budget too (a deadline, here), the error
     names both limits, not only the one that sent it there."""
-    schema = {"type": "array", "items": {"type": "string", "pattern": "^[a-z]{1,20}$"}, "maxItems": 30}
     budget = aj.CompileBudget(max_states=500, max_seconds=5)
-
-    def past_deadline(*args, **kwargs):
-        raise aj.BudgetError("the compile ran past the compile budget max_seconds=5", budget="max_seconds")
-
-    monkeypatch.setattr(json_schema_api, "compile_in_pieces", past_deadline)
+    monkeypatch.setattr(json_schema_api, "compile_in_pieces", _past_deadline)
     refusal = r"a regex's NFA of [\d,]+ states is over the compile budget max_states=500; in pieces for the pushdown engine, the compile ran past the compile budget max_seconds=5"
     with pytest.raises(aj.SchemaError, match=refusal):
-        aj.compile_json_schema(schema, sentencepiece_vocab, budget=budget)
+        aj.compile_json_schema(_PATTERNS_ARRAY, sentencepiece_vocab, budget=budget)
+
+
+def test_a_schema_past_the_token_dfa_cap_and_over_the_budget_in_pieces_names_both(sentencepiece_vocab, monkeypatch):
+    """The same where the one automaton is within ``max_states`` but its token DFA would take
+    more states than tables within ``max_table_bytes`` hold (`TOKEN_COLUMNS` columns each)."""
+    monkeypatch.setattr(json_schema_api, "TOKEN_COLUMNS", 1 << 18)  # a cap of 256 states
+    monkeypatch.setattr(json_schema_api, "compile_in_pieces", _past_deadline)
+    refusal = (
+        r"of [\d,]+ states is over 256, the most whose token tables fit max_table_bytes=268,435,456 at 262144 columns a "
+        r"state; in pieces for the pushdown engine, the compile ran past the compile budget max_seconds=5"
+    )
+    with pytest.raises(aj.SchemaError, match=refusal) as e:
+        aj.compile_json_schema(_PATTERNS_ARRAY, sentencepiece_vocab)
+    assert e.value.__cause__ is None
+
+
+_PATTERNS_ARRAY = {"type": "array", "items": {"type": "string", "pattern": "^[a-z]{1,20}$"}, "maxItems": 30}
+
+
+def _past_deadline(*args, **kwargs):
+    raise aj.BudgetError("the compile ran past the compile budget max_seconds=5", budget="max_seconds")
 
 
 def test_budgets_nest_and_end_with_their_compile():

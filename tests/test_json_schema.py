@@ -15,7 +15,7 @@ import pytest
 from lark import Lark
 
 import ananke_jax as aj
-from ananke_jax._src.compile import automaton, cfg, outcome_walk, token_table
+from ananke_jax._src.compile import automaton, cfg, outcome_walk, regular, token_table
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.cfg import _lexer_with_loops
 from ananke_jax._src.compile.lexer import without_empty_terminals
@@ -24,6 +24,7 @@ from ananke_jax._src.compile.token_table import token_columns
 from ananke_jax._src.compile.token_trie import single_group, vocabulary_trie
 from ananke_jax._src.compile.unit_loops import expand_unit_loops, loop_columns
 from ananke_jax._src.ir import Rule, TerminalDef
+from ananke_jax._src.json_schema import api as json_schema_api
 from ananke_jax._src.json_schema import numbers, strings
 from ananke_jax._src.json_schema.api import compile_in_pieces, json_schema_rules
 from ananke_jax._src.json_schema.assemble import inline, recursive_rules, to_grammar
@@ -157,6 +158,24 @@ def test_a_schema_split_into_small_terminals_allows_what_its_token_dfa_allows(na
                 break
             token = int(rng.choice(choices))
             state, reference = _advance(split, state, token), _advance(whole, reference, token)
+
+
+def test_a_schema_whose_token_dfa_would_be_too_large_goes_to_the_pushdown_engine(sentencepiece_vocab, monkeypatch):
+    """A schema without recursion whose token DFA would take more states than tables within
+    ``max_table_bytes`` hold (at `TOKEN_COLUMNS` columns a state) goes to the pushdown engine in
+    pieces, stopped at that cap before any token table is walked. Masks equal the token DFA's."""
+    whole = aj.compile_json_schema(REGULAR["person"], sentencepiece_vocab)
+    assert isinstance(whole, aj.RegularGrammar)
+    # A cap of half the token DFA's states.
+    monkeypatch.setattr(json_schema_api, "TOKEN_COLUMNS", aj.CompileBudget().max_table_bytes // (4 * (whole.num_states // 2)))
+
+    def walked(*args, **kwargs):
+        raise AssertionError("the token DFA's tables are walked past the cap")
+
+    monkeypatch.setattr(regular, "token_tables", walked)
+    split = aj.compile_json_schema(REGULAR["person"], sentencepiece_vocab)
+    assert isinstance(split, aj.PushdownGrammar)
+    _assert_walks_alike(split, whole, sentencepiece_vocab, seed=8, walks=4, steps=40)
 
 
 @pytest.mark.parametrize("name", ["any_value", "person"])

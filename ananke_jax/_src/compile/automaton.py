@@ -17,7 +17,7 @@ import numpy as np
 
 from ananke_jax._src.compile import utf8
 from ananke_jax._src.compile.arrays import hash_multipliers, unique_first_inverse
-from ananke_jax._src.compile.budget import charge_states, check_time
+from ananke_jax._src.compile.budget import charge_dfa_states, charge_states, check_time
 
 DEAD = 0
 CHECK_EVERY = 4096  # states built between two checks of the compile budget
@@ -191,7 +191,7 @@ def repeated(body: ByteDFA, lo: int, hi: int) -> ByteDFA | None:
     if not start or body.accepting[start] or (body.transitions == start).any() or (body.transitions[np.ix_(ends, begins)] != DEAD).any():
         return None
     others = np.flatnonzero((np.arange(body.num_states) != DEAD) & (np.arange(body.num_states) != start))
-    charge_states(2 + hi * len(others), "a repeat's DFA")
+    charge_dfa_states(2 + hi * len(others), "a repeat's DFA")
     index = np.full(body.num_states, -1, np.int64)
     index[others] = np.arange(len(others))
     # State 1 is the start; copy k's states follow from 2 + k * len(others).
@@ -428,7 +428,7 @@ def subset_construction(builder: NFABuilder, fragment: Fragment) -> tuple[np.nda
             return int(single_id[s])
         if kernel_ not in ids:
             if len(order) % CHECK_EVERY == 0:
-                charge_states(len(order) + 1, "a DFA")
+                charge_dfa_states(len(order) + 1, "a DFA")
                 check_time()
             ids[kernel_] = len(order)
             order.append(kernel_)
@@ -460,7 +460,7 @@ def subset_construction(builder: NFABuilder, fragment: Fragment) -> tuple[np.nda
         listed.append(row)
         i += 1
     rows.append(np.asarray(listed, np.int64).reshape(-1, num_classes))
-    charge_states(len(order), "a DFA")
+    charge_dfa_states(len(order), "a DFA")
     accepting = np.array([not isinstance(s, int) and fragment.end in s for s in order])
     return np.concatenate(rows).astype(np.int32), accepting, byte_class
 

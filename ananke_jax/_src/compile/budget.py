@@ -49,6 +49,7 @@ class CompileBudget:
 class _Meter:
     budget: CompileBudget
     deadline: float  # time.monotonic() past which the compile stops
+    dfa_cap: tuple[int, str] | None = None  # `dfas_capped`'s cap on deterministic automata, and why
 
 
 _OUTSIDE = _Meter(CompileBudget(max_seconds=math.inf), math.inf)
@@ -72,6 +73,25 @@ def metered(budget: CompileBudget | None) -> Iterator[None]:
         _meter.reset(token)
 
 
+@contextlib.contextmanager
+def dfas_capped(cap: int, why: str) -> Iterator[None]:
+    """Within it, a deterministic automaton of the running compile (`charge_dfa_states`) is also
+    refused past ``cap`` states, the refusal saying "over ``why``" (naming the budget field it
+    protects). For an attempt that has a cheaper way out: what it raises is caught, and the
+    other way taken."""
+    meter = _meter.get()
+    token = _meter.set(dataclasses.replace(meter, dfa_cap=(cap, why)))
+    try:
+        yield
+    finally:
+        _meter.reset(token)
+
+
+def budget_now() -> CompileBudget:
+    """The running compile's budget (the defaults outside any compile)."""
+    return _meter.get().budget
+
+
 def within_states(count: int) -> bool:
     """Whether an automaton of ``count`` states fits the running compile's ``max_states``."""
     return count <= _meter.get().budget.max_states
@@ -84,6 +104,18 @@ def charge_states(count: int, what: str) -> None:
       BudgetError: over ``max_states``.
     """
     _charge("max_states", count, f"{what} of {count:,} states is")
+
+
+def charge_dfa_states(count: int, what: str) -> None:
+    """`charge_states` for a deterministic automaton, which `dfas_capped` may bound more tightly.
+
+    Raises:
+      BudgetError: over ``max_states``, or over the cap (naming ``max_table_bytes``).
+    """
+    cap = _meter.get().dfa_cap
+    if cap is not None and count > cap[0]:
+        raise BudgetError(f"{what} of {count:,} states is over {cap[1]}", budget="max_table_bytes")
+    charge_states(count, what)
 
 
 def charge_bytes(count: int, what: str) -> None:

@@ -39,7 +39,7 @@ from ananke_jax._src.compile.automaton import (
     repeated,
     trimmed,
 )
-from ananke_jax._src.compile.budget import charge_states, check_time
+from ananke_jax._src.compile.budget import charge_dfa_states, charge_states, check_time
 from ananke_jax._src.compile.interleave import Hubs, hubs, interleave_fragment
 from ananke_jax._src.errors import GrammarError
 
@@ -307,11 +307,11 @@ def to_dfa(node: Node) -> ByteDFA:
       BudgetError: its NFA, estimated before it is built, or its DFA is over the compile budget.
     """
     if isinstance(node, Automaton):
-        charge_states(node.dfa.num_states, "a regex's DFA")
+        charge_dfa_states(node.dfa.num_states, "a regex's DFA")
         return node.dfa
     charge_states(nfa_size(node), "a regex's NFA")
     if (kept := _BUILT.get(node)) is not None:
-        charge_states(kept[1], "a regex's DFA")
+        charge_dfa_states(kept[1], "a regex's DFA")
         return kept[0]
     dfa = _joined(node.parts) if isinstance(node, Seq) and any(map(_built_apart, node.parts)) else None
     if dfa is None and isinstance(node, Repeat):
@@ -354,7 +354,7 @@ def _joined(parts: tuple[Node, ...]) -> ByteDFA | None:
             return None
         dfa = concatenated(dfa, to_dfa(part))
         if dfa is not None:
-            charge_states(dfa.num_states, "a regex's DFA")
+            charge_dfa_states(dfa.num_states, "a regex's DFA")
     return dfa
 
 
@@ -469,7 +469,7 @@ def _kept_product(a: ByteDFA, b: ByteDFA, accept: str, minimal: bool, at_most: i
     if (kept := _PRODUCTS.get(key)) is not None:
         if at_most is not None and kept[1] > at_most:
             return None
-        charge_states(kept[1], "a product of two automata")
+        charge_dfa_states(kept[1], "a product of two automata")
         check_time()
         return kept[0]
     dfa, pairs = _product(a, b, _ACCEPT[accept], minimal, at_most)
@@ -507,7 +507,7 @@ def _product(a: ByteDFA, b: ByteDFA, accept, minimal: bool, at_most: int | None 
         fresh = [key for key in targets.tolist() if key not in ids]
         if at_most is not None and len(keys) + len(fresh) > at_most:
             return None, len(keys) + len(fresh)
-        charge_states(len(keys) + len(fresh), "a product of two automata")  # before the level is kept
+        charge_dfa_states(len(keys) + len(fresh), "a product of two automata")  # before the level is kept
         check_time()
         ids.update(zip(fresh, range(len(keys), len(keys) + len(fresh))))
         keys += fresh

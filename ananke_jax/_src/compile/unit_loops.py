@@ -23,7 +23,7 @@ import numpy as np
 
 from ananke_jax._src.compile.arrays import concatenated_ranges, hash_multipliers, run_starts, stable_order
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, row_groups
-from ananke_jax._src.compile.budget import check_time
+from ananke_jax._src.compile.budget import charge_dfa_states, check_time
 from ananke_jax._src.compile.token_trie import (
     TokenGroups,
     TokenTrie,
@@ -109,6 +109,7 @@ def expand_unit_loops(dfa: ByteDFA, language: UnitLanguage) -> tuple[ByteDFA, Un
     mids = np.flatnonzero((np.arange(units.num_states) != boundary) & (np.arange(units.num_states) != DEAD))
     targets = np.unique(target[reading])
     num_states = dfa.num_states + len(targets) * len(mids)
+    charge_dfa_states(num_states, "an automaton with its string units spelled out")  # before its table is built
     inside = np.zeros((num_states, units.num_states), np.int32)
     inside[np.ix_(targets, mids)] = dfa.num_states + np.arange(len(targets) * len(mids)).reshape(len(targets), len(mids))
     # A unit state's value seen from a unit that completes into each target (boundary: the target).

@@ -8,7 +8,7 @@ import warnings
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc
-from ananke_jax._src.compile.budget import CompileBudget, charge_states, metered, within_states
+from ananke_jax._src.compile.budget import CompileBudget, budget_now, dfas_capped, metered, within_states
 from ananke_jax._src.compile.context_free import DEFAULT_MAX_CONFIGS, compile_grammar
 from ananke_jax._src.compile.regular import compile_dfa
 from ananke_jax._src.compile.unit_loops import UnitLoops, expand_unit_loops
@@ -156,8 +156,8 @@ def compile_json_schema(
         unbounded (no ``maxLength``, and an infinite ``pattern`` or ``format`` if any), object
         keys not named by the schema included (None: no bound).
       max_configs: parse configurations kept by the pushdown engine (recursive schemas).
-      engine: ``"auto"`` (a token DFA unless the schema recurses or its NFA would be over the
-        budget's ``max_states``) or ``"pushdown"`` (always the pushdown engine, e.g. to share a
+      engine: ``"auto"`` (a token DFA unless the schema recurses, its NFA would be over the
+        budget's ``max_states`` or its token DFA too large for ``max_table_bytes``) or ``"pushdown"`` (always the pushdown engine, e.g. to share a
         grammar bank with recursive schemas).
       budget: the compile's `CompileBudget` (None: the defaults). A schema over it gets a
         `SchemaError` naming the limit and, where it was met inside a subschema, its pointer.
@@ -207,8 +207,9 @@ def compile_rules(
 ) -> RegularGrammar | PushdownGrammar:
     """Compile rules over regex trees (JSON Schemas, structural tags) for ``vocab``: one token
     DFA when no rule recurses, the language's NFA is estimated within the compile budget's
-    ``max_states`` and ``engine`` is ``"auto"``, else the pushdown engine, recursive rules as
-    nonterminals and every piece without references one terminal.
+    ``max_states``, its token DFA fits `_compile_regular_capped`'s cap and ``engine`` is
+    ``"auto"``, else the pushdown engine, recursive rules as nonterminals and every piece
+    without references one terminal.
 
     ``gaps``: the trees hold placeholder gaps (`gaps.GAP`), made runs of at most
     ``max_whitespace`` whitespace bytes. A language without recursion taken to the pushdown
@@ -219,26 +220,49 @@ def compile_rules(
       SchemaError: the language is empty. GrammarError: the pushdown engine refuses the rules.
     """
     recursive = recursive_rules(rules)
-    split = not recursive and engine == "auto"  # unless one token DFA fits the budget
-    if split:
-        root = inline(rules, set())[rules.start]
-        size = rx.nfa_size(root)
-        if within_states(size):
-            return _compile_regular(root, vocab, gaps=gaps, max_whitespace=max_whitespace)
-        if not within_states(rx.nfa_size(root, repeated=False)):  # nor could its pieces
-            charge_states(size, "a regex's NFA")  # raises, naming the budget that would take it
     options = dict(stack_depth=stack_depth, max_configs=max_configs)
     gap_run = max_whitespace if gaps else None
-    if not split:
+    if recursive or engine != "auto":
         return compile_grammar(to_grammar(rules, recursive, compiling=True, gap_run=gap_run), vocab, **options)
+    # One token DFA unless it would be over the budget; then the pushdown engine, in pieces.
+    root = inline(rules, set())[rules.start]
+    size = rx.nfa_size(root)
+    if within_states(size):
+        try:
+            return _compile_regular_capped(root, vocab, gaps=gaps, max_whitespace=max_whitespace)
+        except BudgetError as e:
+            if e.budget == "max_seconds":
+                raise
+            whole = e
+    else:
+        limit = budget_now().max_states
+        whole = BudgetError(f"a regex's NFA of {size:,} states is over the compile budget max_states={limit:,}", budget="max_states")
+        if not within_states(rx.nfa_size(root, repeated=False)):  # nor could its pieces
+            raise whole
     try:
         return compile_in_pieces(rules, vocab, max_terminal, gap_run=gap_run, **options)
     except BudgetError as pieces:  # both ways are over the budget: name the limit each met
-        try:
-            charge_states(size, "a regex's NFA")
-        except BudgetError as whole:
-            raise BudgetError(f"{whole}; in pieces for the pushdown engine, {pieces}", budget=pieces.budget) from None
-        raise
+        raise BudgetError(f"{whole}; in pieces for the pushdown engine, {pieces}", budget=pieces.budget) from None
+
+
+TOKEN_COLUMNS = 768  # the token columns assumed of a schema's token DFA (about the median), to cap its states
+
+
+def _compile_regular_capped(node: rx.Node, vocab: Vocabulary, *, gaps: bool, max_whitespace: int) -> RegularGrammar:
+    """`_compile_regular` with its deterministic automata capped at the states whose token tables
+    would fit ``max_table_bytes`` at `TOKEN_COLUMNS` columns a state (87,381 by default): a
+    schema's token DFA has hundreds to thousands of columns on a large vocabulary (real-world
+    schemas over the 131k one: 107 to 1,659), so a larger one would mostly be refused for its
+    tables, after seconds of work that the pushdown engine's pieces do not need.
+
+    Raises:
+      BudgetError: past the cap (naming ``max_table_bytes``), or the budget.
+    """
+    limit = budget_now().max_table_bytes
+    cap = limit // (4 * TOKEN_COLUMNS)
+    why = f"{cap:,}, the most whose token tables fit max_table_bytes={limit:,} at {TOKEN_COLUMNS} columns a state"
+    with dfas_capped(cap, why):
+        return _compile_regular(node, vocab, gaps=gaps, max_whitespace=max_whitespace)
 
 
 def compile_in_pieces(rules: Rules, vocab: Vocabulary, max_terminal: int, *, gap_run: int | None = None, **options) -> PushdownGrammar:
