@@ -633,6 +633,26 @@ def test_relaxed_mode_warns_and_ignores(sentencepiece_vocab):
     assert isinstance(cg, aj.RegularGrammar)
 
 
+def test_a_fragment_id_names_its_subschema_and_makes_no_document_of_it(sentencepiece_vocab, sentencepiece_encode):
+    """Draft 7's ``"$id": "#name"`` names its subschema for ``$ref``; a fragment ``$id`` shaped like a
+    pointer (setuptools' pyproject schema writes ``"$id": "#/definitions/x"``) names nothing and
+    leaves the document's other pointers resolving from its root. Verdicts agree with the
+    ``jsonschema`` package's draft 7 validator."""
+    schema = {
+        "$id": "https://example.com/config.json",
+        "type": "object",
+        "properties": {"a": {"$ref": "#/definitions/x"}, "b": {"$ref": "#y"}},
+        "required": ["a", "b"],
+        "additionalProperties": False,
+        "definitions": {"x": {"$id": "#/definitions/x", "type": "integer"}, "y": {"$id": "#y", "type": "boolean"}},
+    }
+    cg = aj.compile_json_schema(schema, sentencepiece_vocab, whitespace="compact")
+    validator = jsonschema.Draft7Validator(schema)
+    for text in ('{"a":1,"b":true}', '{"a":true,"b":1}', '{"a":1,"b":2}', '{"a":"x","b":false}'):
+        assert _token_walk(cg, sentencepiece_encode(text)) == validator.is_valid(json.loads(text)), text
+    assert _token_walk(cg, sentencepiece_encode('{"a":1,"b":true}'))
+
+
 def test_bad_input_is_refused_clearly(sentencepiece_vocab):
     with pytest.raises(aj.SchemaError, match="line 1, column"):
         aj.compile_json_schema('{"type": ', sentencepiece_vocab)
