@@ -4,8 +4,10 @@ refused with the limit named instead of exhausting memory or time.
 Every ``compile_*`` entry point runs inside `metered` with its `CompileBudget`. The compiler
 checks sizes against it where it can estimate them before the work (a regex tree's automaton
 states), and during the work as a fallback (automaton states built, elapsed time), through the
-`charge_states`, `charge_bytes` and `check_time` functions, which read the budget of the compile
-running in this thread (a `contextvars` variable), or the defaults outside any compile.
+`charge_states` (`charge_dfa_states` for deterministic automata), `charge_bytes` and `check_time`
+functions, which read the budget of the compile running in this thread (a `contextvars`
+variable), or the defaults outside any compile. An attempt that has a cheaper way out runs with
+its deterministic automata capped more tightly (`dfas_capped`).
 """
 
 from __future__ import annotations
@@ -73,6 +75,10 @@ def metered(budget: CompileBudget | None) -> Iterator[None]:
         _meter.reset(token)
 
 
+class PastCap(BudgetError):
+    """A deterministic automaton passed `dfas_capped`'s cap, not the budget itself."""
+
+
 @contextlib.contextmanager
 def dfas_capped(cap: int, why: str) -> Iterator[None]:
     """Within it, a deterministic automaton of the running compile (`charge_dfa_states`) is also
@@ -110,12 +116,12 @@ def charge_dfa_states(count: int, what: str) -> None:
     """`charge_states` for a deterministic automaton, which `dfas_capped` may bound more tightly.
 
     Raises:
-      BudgetError: over ``max_states``, or over the cap (naming ``max_table_bytes``).
+      BudgetError: over ``max_states``; `PastCap`: over the cap (naming ``max_table_bytes``).
     """
+    charge_states(count, what)
     cap = _meter.get().dfa_cap
     if cap is not None and count > cap[0]:
-        raise BudgetError(f"{what} of {count:,} states is over {cap[1]}", budget="max_table_bytes")
-    charge_states(count, what)
+        raise PastCap(f"{what} of {count:,} states is over {cap[1]}", budget="max_table_bytes")
 
 
 def charge_bytes(count: int, what: str) -> None:

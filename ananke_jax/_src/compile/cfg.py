@@ -30,7 +30,7 @@ from ananke_jax._src.compile.arrays import (
     unique_inverse,
 )
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc, row_groups
-from ananke_jax._src.compile.budget import charge_bytes, charge_states, check_time
+from ananke_jax._src.compile.budget import charge_bytes, check_time
 from ananke_jax._src.compile.lark_lexer import contextual_lexing
 from ananke_jax._src.compile.lexer import Lexer, begins_outside, build_lexer, without_empty_terminals
 from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
@@ -205,10 +205,10 @@ def _lexer_with_loops(
     dfas = {t.name: dfas[t.name] if t.units in (None, kept) else expand_unit_loops(dfas[t.name], t.units)[0] for t in terminals}
     lexer = build_lexer(terminals, dfas, begins, excluded)
     if kept is not None:
-        expanded = expand_unit_loops(ByteDFA(lexer.transitions, lexer.ends.any(axis=1), lexer.start), kept)
+        whole = ByteDFA(lexer.transitions, lexer.ends.any(axis=1), lexer.start)
+        expanded = expand_unit_loops(whole, kept, "the lexer (the terminals' product automaton)")
         if expanded is not None and expanded[1] is not None:
             dfa, loops = expanded
-            charge_states(dfa.num_states, "the lexer (the terminals' product automaton)")
             counting = np.flatnonzero(loops.unit_target)
             if not lexer.ends[counting].any():
                 # A state inside a unit is alive for the terminals of the state the unit completes into.
@@ -445,7 +445,7 @@ def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tup
     sizes = np.diff(np.append(starts, len(outcome)))[first]
     owner = np.repeat(np.arange(len(first)), sizes)
     members = outcome[concatenated_ranges(starts[first], sizes)]
-    set_members = np.full((len(distinct) + 1, int(sizes.max(initial=1))), -1, np.int32)
+    set_members = np.full((len(first) + 1, int(sizes.max(initial=1))), -1, np.int32)
     set_members[owner + 1, concatenated_ranges(np.zeros(len(first), np.int64), sizes)] = members[np.lexsort((members, owner))]
     return q[starts], string[starts], (set_of_group + 1).astype(np.int32), set_members
 

@@ -4,9 +4,9 @@ prefix tree through the lexer, cutting terminals where they end (numpy, host).
 From each lexer state, a string's bytes may complete terminals on the way; since the lexer has
 no priorities, every place where a terminal ends may be a cut or not. A string's *outcome* is one
 way through: the LR columns it completes (ignored terminals left out) and the lexer state after
-its last byte. The walk steps all source states at once. A trie node's *function* is its set of
-rows (source state, lexer state, columns so far); nodes with equal functions act alike below
-them, so the walk steps each distinct function once per label, not each node, and once in the
+its last byte. The walk steps a group of source states at once (`_source_groups`), the groups
+apart. A trie node's *function* is its set of rows (source state, lexer state, columns so far);
+nodes with equal functions act alike below them, so the walk steps each distinct function once per label, not each node, and once in the
 whole walk, not once per level (most nodes share a few functions: the strings inside a string
 literal, a number, whitespace; below the first few levels almost every step was taken above).
 """
@@ -261,9 +261,9 @@ def walk_outcomes(
 
 
 def _source_groups(lexer: Lexer, sources: np.ndarray) -> list[np.ndarray]:
-    """``sources`` (int64[N], sorted) in groups of about `GROUP_SOURCES` states or more, those alive
-    for the same terminals together, in the order they are to be walked (one group when N is
-    at most `GROUP_SOURCES`).
+    """``sources`` (int64[N], sorted) in groups of `GROUP_SOURCES` states or more, those alive for
+    the same terminals together, last to be walked first (one group when N is at most
+    `GROUP_SOURCES`).
 
     Two trie nodes share a function only where they act alike from every source walked with
     them, so sources inside different terminals, walked together, share few: on a lexer of 28k
@@ -273,11 +273,11 @@ def _source_groups(lexer: Lexer, sources: np.ndarray) -> list[np.ndarray]:
         return [sources]
     kind = row_groups(np.packbits(lexer.alive[sources], axis=1))
     order = np.argsort(kind, kind="stable")
-    bounds, start = [0], 0
-    for end in [*(np.flatnonzero(np.diff(kind[order])) + 1).tolist(), len(order)]:
-        if end - start >= GROUP_SOURCES or end == len(order):
+    bounds = [0]
+    for end in (np.flatnonzero(np.diff(kind[order])) + 1).tolist():
+        if end - bounds[-1] >= GROUP_SOURCES and len(order) - end >= GROUP_SOURCES:
             bounds.append(end)
-            start = end
+    bounds.append(len(order))
     return [np.sort(sources[order[a:b]]) for a, b in itertools.pairwise(bounds)][::-1]
 
 
@@ -346,7 +346,7 @@ def _merged_parts(parts: list[tuple[np.ndarray, np.ndarray]], top_shift: int) ->
     """One walk's (string columns, end rows) from the walks of parts of its sources: a column
     per distinct tuple of the parts' columns, holding their rows."""
     columns = np.stack([p[0] for p in parts], axis=1)
-    inverse, representative = distinct_rows(columns)
+    inverse, representative = distinct_rows(columns)  # hashed: exact unless two 64-bit hashes collide
     distinct = columns[representative]
     live = ~(distinct == -1).all(axis=1)
     column = np.where(live, np.cumsum(live) - 1, -1)

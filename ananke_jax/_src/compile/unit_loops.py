@@ -83,8 +83,11 @@ class UnitLoops:
         )
 
 
-def expand_unit_loops(dfa: ByteDFA, language: UnitLanguage) -> tuple[ByteDFA, UnitLoops | None] | None:
-    """``dfa`` with each placeholder byte read as one unit of ``language``.
+def expand_unit_loops(
+    dfa: ByteDFA, language: UnitLanguage, what: str = "a DFA with its strings' characters spelled out"
+) -> tuple[ByteDFA, UnitLoops | None] | None:
+    """``dfa`` with each placeholder byte read as one unit of ``language``, its states charged to
+    the compile budget as ``what`` before its table is built.
 
     The states inside a unit are keyed by the state the unit completes into: those of two counting
     states with one target act alike, and the result of a minimal ``dfa`` is minimal (tests check
@@ -109,7 +112,7 @@ def expand_unit_loops(dfa: ByteDFA, language: UnitLanguage) -> tuple[ByteDFA, Un
     mids = np.flatnonzero((np.arange(units.num_states) != boundary) & (np.arange(units.num_states) != DEAD))
     targets = np.unique(target[reading])
     num_states = dfa.num_states + len(targets) * len(mids)
-    charge_dfa_states(num_states, "an automaton with its string units spelled out")  # before its table is built
+    charge_dfa_states(num_states, what)
     inside = np.zeros((num_states, units.num_states), np.int32)
     inside[np.ix_(targets, mids)] = dfa.num_states + np.arange(len(targets) * len(mids)).reshape(len(targets), len(mids))
     # A unit state's value seen from a unit that completes into each target (boundary: the target).

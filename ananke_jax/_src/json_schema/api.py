@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import decimal
+import functools
 import json
 import warnings
+from collections.abc import Callable
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc
-from ananke_jax._src.compile.budget import CompileBudget, budget_now, dfas_capped, metered, within_states
+from ananke_jax._src.compile.budget import CompileBudget, PastCap, budget_now, charge_states, dfas_capped, metered, within_states
 from ananke_jax._src.compile.context_free import DEFAULT_MAX_CONFIGS, compile_grammar
 from ananke_jax._src.compile.regular import compile_dfa
 from ananke_jax._src.compile.unit_loops import UnitLoops, expand_unit_loops
@@ -207,7 +209,7 @@ def compile_rules(
 ) -> RegularGrammar | PushdownGrammar:
     """Compile rules over regex trees (JSON Schemas, structural tags) for ``vocab``: one token
     DFA when no rule recurses, the language's NFA is estimated within the compile budget's
-    ``max_states``, its token DFA fits `_compile_regular_capped`'s cap and ``engine`` is
+    ``max_states``, its token DFA fits `_capped`'s cap (or the pieces fail) and ``engine`` is
     ``"auto"``, else the pushdown engine, recursive rules as nonterminals and every piece
     without references one terminal.
 
@@ -217,7 +219,8 @@ def compile_rules(
     (`assemble.to_grammar`); where that is over the budget too, the error names both limits met.
 
     Raises:
-      SchemaError: the language is empty. GrammarError: the pushdown engine refuses the rules.
+      SchemaError: the language is empty. BudgetError: over the budget (both ways, where one token
+        DFA was over it, naming both limits). GrammarError: the pushdown engine refuses the rules.
     """
     recursive = recursive_rules(rules)
     options = dict(stack_depth=stack_depth, max_configs=max_configs)
@@ -226,43 +229,49 @@ def compile_rules(
         return compile_grammar(to_grammar(rules, recursive, compiling=True, gap_run=gap_run), vocab, **options)
     # One token DFA unless it would be over the budget; then the pushdown engine, in pieces.
     root = inline(rules, set())[rules.start]
+    regular = functools.partial(_compile_regular, root, vocab, gaps=gaps, max_whitespace=max_whitespace)
     size = rx.nfa_size(root)
-    if within_states(size):
-        try:
-            return _compile_regular_capped(root, vocab, gaps=gaps, max_whitespace=max_whitespace)
-        except BudgetError as e:
-            if e.budget == "max_seconds":
-                raise
-            whole = e
-    else:
-        limit = budget_now().max_states
-        whole = BudgetError(f"a regex's NFA of {size:,} states is over the compile budget max_states={limit:,}", budget="max_states")
-        if not within_states(rx.nfa_size(root, repeated=False)):  # nor could its pieces
-            raise whole
+    try:
+        charge_states(size, "a regex's NFA")
+        return _capped(vocab, regular)
+    except BudgetError as e:
+        if e.budget == "max_seconds":
+            raise
+        whole = e
+        if not within_states(size) and not within_states(rx.nfa_size(root, repeated=False)):  # nor could its pieces
+            raise
     try:
         return compile_in_pieces(rules, vocab, max_terminal, gap_run=gap_run, **options)
     except BudgetError as pieces:  # both ways are over the budget: name the limit each met
         raise BudgetError(f"{whole}; in pieces for the pushdown engine, {pieces}", budget=pieces.budget) from None
+    except GrammarError as pieces:  # not for their size (LR conflicts, an ambiguous lexer)
+        if not isinstance(whole, PastCap):
+            raise
+        try:  # the cap was only a guess: one token DFA under the budget itself
+            return regular()
+        except BudgetError as again:
+            raise BudgetError(f"{again}; in pieces for the pushdown engine, {pieces}", budget=again.budget) from None
 
 
-TOKEN_COLUMNS = 768  # the token columns assumed of a schema's token DFA (about the median), to cap its states
+TOKEN_COLUMNS = 768  # the token columns assumed of a schema's token DFA on 131k tokens (about the median)
 
 
-def _compile_regular_capped(node: rx.Node, vocab: Vocabulary, *, gaps: bool, max_whitespace: int) -> RegularGrammar:
-    """`_compile_regular` with its deterministic automata capped at the states whose token tables
-    would fit ``max_table_bytes`` at `TOKEN_COLUMNS` columns a state (87,381 by default): a
-    schema's token DFA has hundreds to thousands of columns on a large vocabulary (real-world
-    schemas over the 131k one: 107 to 1,659), so a larger one would mostly be refused for its
-    tables, after seconds of work that the pushdown engine's pieces do not need.
+def _capped(vocab: Vocabulary, regular: Callable[[], RegularGrammar]) -> RegularGrammar:
+    """``regular()`` with its deterministic automata capped at the states whose token tables would
+    fit ``max_table_bytes`` at `TOKEN_COLUMNS` columns a state on a vocabulary of 131,072 tokens,
+    in proportion on others (87,381 states by default on 131k tokens). A schema's token DFA has
+    hundreds to thousands of columns on a large vocabulary (real-world schemas over the 131k
+    one: 107 to 1,659), so a larger one would mostly be refused for its tables, after seconds
+    of work that the pushdown engine's pieces do not need.
 
     Raises:
-      BudgetError: past the cap (naming ``max_table_bytes``), or the budget.
+      PastCap: past the cap (naming ``max_table_bytes``). BudgetError: the budget.
     """
     limit = budget_now().max_table_bytes
-    cap = limit // (4 * TOKEN_COLUMNS)
-    why = f"{cap:,}, the most whose token tables fit max_table_bytes={limit:,} at {TOKEN_COLUMNS} columns a state"
-    with dfas_capped(cap, why):
-        return _compile_regular(node, vocab, gaps=gaps, max_whitespace=max_whitespace)
+    columns = max(1, TOKEN_COLUMNS * vocab.logits_width // 131_072)
+    cap = max(1, limit // (4 * columns))
+    with dfas_capped(cap, f"{cap:,}, the most whose token tables fit max_table_bytes={limit:,} at {columns} columns a state"):
+        return regular()
 
 
 def compile_in_pieces(rules: Rules, vocab: Vocabulary, max_terminal: int, *, gap_run: int | None = None, **options) -> PushdownGrammar:

@@ -34,7 +34,7 @@ class Resolver:
         if isinstance(schema, dict):
             if isinstance(schema.get("$id"), str) and schema["$id"].startswith("#"):
                 # A fragment alone (draft 7: "#name" names the subschema) is no new document.
-                if not schema["$id"].startswith("#/"):
+                if schema["$id"] != "#" and not schema["$id"].startswith("#/"):
                     self._by_uri[base.split("#")[0] + schema["$id"]] = pointer
             elif isinstance(schema.get("$id"), str):
                 base = urllib.parse.urljoin(base, schema["$id"])

@@ -42,7 +42,8 @@ def compile_structural_tag(
       strict: as in `compile_json_schema`, for every ``json_schema`` format.
       max_depth: nesting room of recursive schemas and grammars (pushdown stack ``4 * max_depth``).
       max_configs: parse configurations of the pushdown engine.
-      engine: ``"auto"`` (a token DFA unless a rule recurses) or ``"pushdown"``.
+      engine: ``"auto"`` (a token DFA unless a rule recurses or it would be too large for the
+        budget, as `compile_json_schema` decides) or ``"pushdown"``.
       budget: the compile's `CompileBudget` (None: the defaults).
       **json_options: further `compile_json_schema` options for every ``json_schema`` format
         (``any_order``, ``max_whitespace``, ...); a format's own fields take precedence.
