@@ -671,6 +671,35 @@ def test_a_fragment_id_names_its_subschema_and_makes_no_document_of_it(sentencep
     assert not _token_walk(cg, sentencepiece_encode('{"n":1,"child":3}'))
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "array", "items": [{"type": "integer"}, {"type": "string"}]},
+        {"type": "array", "items": [{"type": "integer"}], "additionalItems": {"type": "boolean"}},
+        {"type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False},
+        {"type": "array", "items": {"type": "integer"}, "additionalItems": False},
+        {"type": "array", "additionalItems": False},
+    ],
+    ids=["tuple", "tuple-then-booleans", "closed-tuple", "additionalItems-beside-a-schema", "additionalItems-alone"],
+)
+def test_draft7_item_arrays_and_additional_items_validate_as_draft7_says(schema, sentencepiece_vocab, sentencepiece_encode):
+    """Drafts 4 to 2019-09 write a tuple as ``items: [...]`` and what follows as
+    ``additionalItems`` (which asserts nothing beside an ``items`` schema). Verdicts equal the
+    ``jsonschema`` package's draft 7 validator on arrays of every shape (with
+    ``allow_additional=True``, the specification's reading of an open tuple)."""
+    cg = aj.compile_json_schema(schema, sentencepiece_vocab, whitespace="compact", allow_additional=True)
+    validator = jsonschema.Draft7Validator(schema)
+    values = [[], [1], ["a"], [True], [1, "a"], [1, 2], [1, True], [1, "a", True], [1, "a", "b"], [1, True, False], [1, 2, 3]]
+    for value in values:
+        text = json.dumps(value, separators=(",", ":"))
+        assert _token_walk(cg, sentencepiece_encode(text)) == validator.is_valid(value), text
+
+
+def test_item_arrays_beside_prefix_items_are_refused(sentencepiece_vocab):
+    with pytest.raises(aj.SchemaError, match=r"'items' as an array .* beside 'prefixItems' .* at #/properties/a \(keyword 'items'\)"):
+        aj.compile_json_schema({"type": "object", "properties": {"a": {"prefixItems": [True], "items": [True]}}}, sentencepiece_vocab)
+
+
 def test_bad_input_is_refused_clearly(sentencepiece_vocab):
     with pytest.raises(aj.SchemaError, match="line 1, column"):
         aj.compile_json_schema('{"type": ', sentencepiece_vocab)

@@ -27,13 +27,30 @@ _UNSUPPORTED = {
     "unevaluatedItems": "ignored",
     "$dynamicRef": "ignored",
     "$recursiveRef": "ignored",
-    "additionalItems": "ignored",
 }
 _MEMBER_KEYWORDS = frozenset(("items", "prefixItems", "properties", "patternProperties", "additionalProperties"))
 _RAW = frozenset(("$ref", "allOf", "anyOf", "oneOf", "if", "then", "else"))
 
 # Expansions of anyOf branches within anyOf branches (through $ref) before a cycle is assumed.
 MAX_ANY_OF_NESTING = 32
+
+
+def tuple_items(schema: dict, pointer: str) -> dict:
+    """``schema`` with the array form of ``items`` (drafts 4 to 2019-09) read as 2020-12's
+    ``prefixItems``, and ``additionalItems`` as the ``items`` after them; beside an ``items``
+    schema, or none, ``additionalItems`` asserts nothing, as those drafts say.
+
+    Raises:
+      SchemaError: ``items`` as an array beside ``prefixItems``.
+    """
+    if "additionalItems" not in schema and not isinstance(schema.get("items"), list):
+        return schema
+    out = {k: v for k, v in schema.items() if k not in ("items", "additionalItems")}
+    if not isinstance(schema.get("items"), list):
+        return out | ({"items": schema["items"]} if "items" in schema else {})
+    if "prefixItems" in schema:
+        raise SchemaError("'items' as an array (drafts 4 to 2019-09) beside 'prefixItems' (2020-12)", keyword="items", pointer=pointer)
+    return out | {"prefixItems": schema["items"]} | ({"items": schema["additionalItems"]} if "additionalItems" in schema else {})
 
 
 class Cycle(SchemaError):
@@ -69,6 +86,7 @@ class Combinators:
             return False
         if not isinstance(schema, dict):
             raise SchemaError(f"a schema must be an object or a boolean, got {json.dumps(schema, default=str)[:40]}", pointer=pointer)
+        schema = tuple_items(schema, pointer)
         self.check_keywords(schema, pointer)
         parts = [{k: v for k, v in schema.items() if k not in _RAW}]
         ref = schema.get("$ref")
