@@ -4,11 +4,13 @@ import functools
 import itertools
 import json
 import re
+import warnings
 
 import jsonschema
 import numpy as np
 import pytest
 
+import ananke_jax as aj
 from ananke_jax import SchemaError
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.regex_ast import to_dfa
@@ -119,6 +121,45 @@ def _texts() -> list[str]:
 def test_pattern_agrees_with_python_search(pattern):
     for text in _texts():
         assert _search(pattern, text) == (re.search(pattern, text) is not None), text
+
+
+@pytest.mark.parametrize("pattern", [r"\Aa[b1]{1,3}\Z", r"^A\Z|a", r"(?:\Aa|b)-\Z", r"\Z|^ab", "A+Z$"])
+def test_python_anchors_are_read_as_python_reads_them_where_asked(pattern):
+    """``\\A`` and ``\\Z`` are no ECMA-262 escapes (refused by default, and under strict=True);
+    with ``python_anchors`` (strict=False) they agree with Python's ``re.search``, with a
+    warning, and a literal ``A`` or ``Z`` stays a letter."""
+    texts = [*_texts(), "A", "AZ", "AAZ", "Aa", "a1Z"]
+    if "\\" in pattern:
+        with pytest.raises(SchemaError, match=r"invalid escape \\[AZ]"):
+            pattern_node(pattern)
+        with pytest.warns(UserWarning, match=r"\\A and \\Z are read as \^ and \$"):
+            node = pattern_node(pattern, python_anchors=True)
+    else:
+        node = pattern_node(pattern, python_anchors=True)
+    dfa = to_dfa(node)
+    for text in texts:
+        assert bool(dfa.accepting[dfa.walk(dfa.start, text.encode())]) == (re.search(pattern, text) is not None), text
+
+
+def test_python_anchors_are_read_only_under_strict_false(sentencepiece_vocab):
+    schema = {
+        "type": "object",
+        "properties": {"id": {"type": "string", "pattern": r"^[a-z]{1,3}\Z"}},
+        "patternProperties": {r"\Ax": {"type": "integer"}},
+    }
+    with pytest.raises(SchemaError, match=r"invalid escape \\A .* at #/patternProperties/\\Ax \(keyword 'patternProperties'\)"):
+        aj.compile_json_schema(schema, sentencepiece_vocab)
+    with pytest.raises(SchemaError, match=r"invalid escape \\Z .* at #/properties/id \(keyword 'pattern'\)"):
+        aj.compile_json_schema({"type": "object", "properties": schema["properties"]}, sentencepiece_vocab)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cg = aj.compile_json_schema(schema, sentencepiece_vocab, strict=False)
+    messages = {str(w.message) for w in caught}
+    read = r"\A and \Z are read as ^ and $, as Python's re reads them"
+    pattern, key = schema["properties"]["id"]["pattern"], next(iter(schema["patternProperties"]))
+    assert f"'pattern' {pattern!r} at #/properties/id: {read}" in messages
+    assert f"'patternProperties' {key!r} at #/patternProperties/{key}: {read}" in messages
+    assert isinstance(cg, aj.RegularGrammar)
 
 
 def _random_pattern(rng: np.random.Generator, depth: int = 0, lookarounds: bool = False) -> str:

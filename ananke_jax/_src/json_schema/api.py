@@ -137,7 +137,8 @@ def compile_json_schema(
         and ``maxLength`` whose automaton is over the budget's ``max_states``, or that take more
         than 4,096 states with a ``pattern`` or ``format`` (their product), are
         dropped with a warning, the string then bounded by ``max_string_length`` alone (XGrammar
-        drops them next to any ``pattern``). Either way, a ``oneOf`` whose branches
+        drops them next to any ``pattern``); a pattern's ``\\A`` and ``\\Z`` (Python's, not
+        ECMA-262's) are read as ``^`` and ``$`` with a warning. Either way, a ``oneOf`` whose branches
         overlap where their difference cannot be compiled exactly (see docs/guide.md, JSON Schema) is compiled as
         ``anyOf`` for those JSON types, with a warning.
       allow_additional: objects that describe their keys (``properties``, ``patternProperties``

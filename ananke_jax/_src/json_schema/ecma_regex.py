@@ -31,6 +31,7 @@ import itertools
 import re
 import string
 import unicodedata
+import warnings
 from typing import NamedTuple
 
 from ananke_jax._src.compile import casefold, utf8
@@ -78,13 +79,15 @@ _CATEGORY_NAMES = {
 }  # fmt: skip
 
 
-def pattern_node(pattern: str, *, pointer: str = "", keyword: str = "pattern") -> rx.Node:
+def pattern_node(pattern: str, *, pointer: str = "", keyword: str = "pattern", python_anchors: bool = False) -> rx.Node:
     """The strings in which the ECMA-262 regex ``pattern`` finds a match (JSON Schema semantics).
 
     Args:
       pattern: the regex source, as the schema holds it.
       pointer: JSON pointer of the schema holding the pattern, for error messages.
       keyword: the keyword holding it (``pattern``, ``patternProperties``...), for errors.
+      python_anchors: read ``\\A`` and ``\\Z``, which ECMA-262 does not have, as ``^`` and ``$``, as
+        Python's ``re`` does (patterns written for it), with a warning; else they are refused.
 
     Returns:
       A tree over code points; with lookarounds, one `Automaton` reading their UTF-8.
@@ -94,8 +97,12 @@ def pattern_node(pattern: str, *, pointer: str = "", keyword: str = "pattern") -
     """
     if not isinstance(pattern, str):
         raise SchemaError(f"a pattern must be a string, got {type(pattern).__name__}", keyword=keyword, pointer=pointer)
-    parser = _Parser(pattern, pointer, keyword)
+    parser = _Parser(pattern, pointer, keyword, python_anchors)
     lang = parser.parse()
+    if parser.python_anchored:
+        warnings.warn(
+            f"{keyword!r} {pattern!r} at {pointer or '#'}: \\A and \\Z are read as ^ and $, as Python's re reads them", stacklevel=2
+        )
     anything = rx.star(rx.Chars(tuple(_ANY)))
     whole = rx.alt(rx.seq(anything, lang.free, anything), rx.seq(lang.start, anything), rx.seq(anything, lang.end), lang.both)
     return rx.Automaton(resolve(whole, parser.lookarounds)) if parser.lookarounds else whole
@@ -192,9 +199,10 @@ def _nullable(node: rx.Node) -> bool:
 class _Parser:
     """Recursive descent over the ECMA-262 pattern grammar, building `_Lang` values."""
 
-    def __init__(self, pattern: str, pointer: str, keyword: str):
+    def __init__(self, pattern: str, pointer: str, keyword: str, python_anchors: bool = False):
         self.src, self.pos = pattern, 0
         self.pointer, self.keyword = pointer, keyword
+        self.python_anchors, self.python_anchored = python_anchors, False
         self.flags: frozenset[str] = frozenset()
         self.lookarounds: list[Lookaround] = []
         self.asserting = False  # inside a lookaround
@@ -243,9 +251,12 @@ class _Parser:
 
     def term(self) -> _Lang:
         at = self.pos
-        if self.eat("^"):
+        python = self.python_anchors and self.src.startswith(("\\A", "\\Z"), self.pos)
+        if python:
+            self.python_anchored, self.pos = True, self.pos + 1  # at the anchor's letter
+        if self.eat("A" if python else "^"):
             return self.unquantified(_Lang(rx.NOTHING, start=rx.EMPTY), at)
-        if self.eat("$"):
+        if self.eat("Z" if python else "$"):
             return self.unquantified(_Lang(rx.NOTHING, end=rx.EMPTY), at)
         if self.peek("(") and (m := _MODIFIERS.match(self.src, self.pos + 1)) and m[3] == ")":
             self.flags, self.pos = self.modified(m, at), m.end()  # for the rest of the group

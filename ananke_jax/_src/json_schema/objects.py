@@ -72,7 +72,8 @@ class Objects:
     def key_pattern(self, pattern: str, pointer: str):
         """The DFA of the key spellings in which ``pattern`` finds a match."""
         if pattern not in self._key_patterns:
-            node = pattern_node(pattern, pointer=child(pointer, "patternProperties", pattern), keyword="patternProperties")
+            where = child(pointer, "patternProperties", pattern)
+            node = pattern_node(pattern, pointer=where, keyword="patternProperties", python_anchors=not self.strict)
             self._key_patterns[pattern] = strings.spelled_dfa(node)
         return self._key_patterns[pattern]
 

@@ -92,7 +92,7 @@ class Scalars:
 
     def string_body(self, s: dict, pointer: str) -> rx.Node:
         """The insides of the strings ``s`` allows (``pattern``, ``format``, length bounds)."""
-        values = [pattern_node(p, pointer=pointer) for p in as_list(s.get("pattern", []))]
+        values = [pattern_node(p, pointer=pointer, python_anchors=not self.strict) for p in as_list(s.get("pattern", []))]
         values += self.formats(s, pointer)
         lo = max(counts(s, "minLength", pointer) or [0])
         his = counts(s, "maxLength", pointer)
