@@ -6,9 +6,10 @@ no priorities, every place where a terminal ends may be a cut or not. A string's
 way through: the LR columns it completes (ignored terminals left out) and the lexer state after
 its last byte. The walk steps a group of source states at once (`_source_groups`), the groups
 apart. A trie node's *function* is its set of rows (source state, lexer state, columns so far);
-nodes with equal functions act alike below them, so the walk steps each distinct function once per label, not each node, and once in the
-whole walk, not once per level (most nodes share a few functions: the strings inside a string
-literal, a number, whitespace; below the first few levels almost every step was taken above).
+nodes with equal functions act alike below them, so the walk steps each distinct function once
+per label, not each node, and once in the whole walk, not once per level (most nodes share a few
+functions: the strings inside a string literal, a number, whitespace; below the first few levels
+almost every step was taken above).
 """
 
 from __future__ import annotations

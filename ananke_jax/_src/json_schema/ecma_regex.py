@@ -199,7 +199,7 @@ def _nullable(node: rx.Node) -> bool:
 class _Parser:
     """Recursive descent over the ECMA-262 pattern grammar, building `_Lang` values."""
 
-    def __init__(self, pattern: str, pointer: str, keyword: str, python_anchors: bool = False):
+    def __init__(self, pattern: str, pointer: str, keyword: str, python_anchors: bool):
         self.src, self.pos = pattern, 0
         self.pointer, self.keyword = pointer, keyword
         self.python_anchors, self.python_anchored = python_anchors, False
