@@ -344,3 +344,38 @@ def test_runs_of_code_points_under_length_bounds_chain_copies_of_one(pattern, ru
         built = to_dfa(body)
         assert rx.difference(built, reference).start == DEAD and rx.difference(reference, built).start == DEAD, (pattern, lo, hi)
         assert (isinstance(body, rx.Repeat) and isinstance(body.body, strings.ClassUnit)) == runs, (pattern, lo, hi)
+
+
+@pytest.mark.parametrize("pattern", [r"^\S{1,30}$", r"^[a-z]{2,5}$", r"^[0-9]{12}$", r"^(?:[\p{L}\p{N}]){0,7}$"])
+def test_bounded_runs_of_code_points_fold_into_the_length_bounds(pattern):
+    """A pattern that is one bounded run of code points, ``C{lo,hi}``, is ``C*`` under its bounds
+    and the keywords' together: chained copies of one code point's automaton, of the language of
+    the pattern's automaton and the length's product."""
+    from ananke_jax._src.compile.automaton import DEAD
+    from ananke_jax._src.json_schema import strings
+
+    value = pattern_node(pattern)
+    for lo, hi in [(0, None), (0, 20), (1, 3), (3, 40), (6, 6), (2, None)]:
+        body = strings.string_body(lo, hi, [value])
+        reference = rx.intersect(strings.spelled_dfa(value), strings._canonical_length_dfa(lo, hi))
+        built = to_dfa(body)
+        assert rx.difference(built, reference).start == DEAD and rx.difference(reference, built).start == DEAD, (pattern, lo, hi)
+        assert body == rx.NOTHING or (isinstance(body, rx.Repeat) and isinstance(body.body, strings.ClassUnit)), (pattern, lo, hi)
+
+
+def test_a_long_bounded_run_of_any_visible_character_compiles_within_the_default_budget(sentencepiece_vocab):
+    r"""``^\S{1,1000}$`` spelled out as 1,000 copies of ``\S``'s JSON spellings is an NFA of some
+    330,000 states, over the default ``max_states``; folded into length bounds it compiles, and
+    its strings are those `jsonschema` accepts."""
+    from ananke_jax._src.json_schema import strings
+
+    schema = {"type": "string", "pattern": r"^\S{1,1000}$"}
+    assert isinstance(aj.compile_json_schema(schema, sentencepiece_vocab), aj.RegularGrammar)
+    dfa = to_dfa(strings.string_body(0, None, [pattern_node(schema["pattern"])]))
+    rng = np.random.default_rng(0)
+    alphabet = ["a", "Z", "é", '"', "\\", "€", "😀", " ", "\n", "\u2003"]
+    for n in [0, 1, 2, 999, 1000, 1001]:
+        for _ in range(4):
+            text = "".join(rng.choice(alphabet[:7] if rng.random() < 0.6 else alphabet, n))
+            spelling = json.dumps(text, ensure_ascii=False)[1:-1]
+            assert _matches(dfa, spelling) == jsonschema.Draft202012Validator(schema).is_valid(text), (n, text[:20])

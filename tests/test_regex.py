@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ananke_jax import GrammarError
+from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.regex import choices_to_dfa, regex_to_dfa
 from ananke_jax._src.compile.utf8 import utf8_sequences
 
@@ -230,3 +231,30 @@ def test_a_lookaround_is_refused_exactly_when_the_text_leaves_it_undecided(patte
     except GrammarError:
         refused = True
     assert refused == reads_outside == flips
+
+
+_RUNS = [rx.chars("ab"), rx.chars("a"), rx.chars("b"), rx.chars("az"), rx.Text("ab")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(range(len(_RUNS))), st.integers(0, 2), st.sampled_from([0, 1, 2, 3, None])), min_size=1, max_size=5)
+)
+def test_runs_beside_unbounded_runs_of_a_wider_set_drop_only_copies_that_add_nothing(parts):
+    """`rx.seq` shortens ``x{a,b}`` beside ``y{k,}`` (x within y) to ``x{a}``; the language is
+    the concatenation's as given."""
+    from ananke_jax._src.compile.automaton import DEAD
+
+    nodes = [rx.repeat(_RUNS[i], lo, None if hi is None else lo + hi) for i, lo, hi in parts]
+    simplified, given_ = rx.to_dfa(rx.seq(*nodes)), rx.to_dfa(rx.Seq(tuple(nodes)))
+    assert rx.difference(simplified, given_).start == DEAD and rx.difference(given_, simplified).start == DEAD, nodes
+
+
+def test_unanchored_bounded_runs_collapse_into_the_text_around_them():
+    r"""``arn:...:[^/].{0,1023}`` unanchored is ``.*arn:...:[^/].*``: an NFA of hundreds of states
+    instead of hundreds of thousands."""
+    from ananke_jax._src.json_schema.ecma_regex import pattern_node
+
+    node = pattern_node(r"arn:[a-z0-9-\.]{1,63}:[a-z0-9-\.]{0,63}:[^/].{0,1023}")
+    assert rx.nfa_size(node) < 1_000
+    assert rx.nfa_size(pattern_node(r"\d{1,3}")) == rx.nfa_size(pattern_node(r"\d"))

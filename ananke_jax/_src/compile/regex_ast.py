@@ -152,8 +152,27 @@ def seq(*parts: Node) -> Node:
         if merged and isinstance(p, Text) and isinstance(merged[-1], Text):
             merged[-1] = Text(merged[-1].text + p.text)
         elif p != Text(""):
-            merged.append(p)
+            while merged and _unbounded_over(p, merged[-1]):  # x{a,b} y{k,} = x{a} y{k,} where x is in y
+                last = merged.pop()
+                if (fixed := repeat(last.body, last.lo, last.lo)) != EMPTY:
+                    merged.append(fixed)
+                    break
+            if merged and _unbounded_over(merged[-1], p):  # y{k,} x{a,b} = y{k,} x{a}
+                p = repeat(p.body, p.lo, p.lo)
+            if p != EMPTY:
+                merged.append(p)
     return merged[0] if len(merged) == 1 else Seq(tuple(merged))
+
+
+def _unbounded_over(y: Node, x: Node) -> bool:
+    """Whether ``y`` is ``Y{k,}`` and ``x`` is ``X{a,b}`` with ``b > a`` and X within Y, so that
+    beside ``y`` the copies of X past ``a`` add no strings: their text may as well be Y's.
+    (Unanchored patterns end such runs with any text: ``.*\\d{1,3}.*`` is ``.*\\d.*``.)"""
+    if not (isinstance(y, Repeat) and y.hi is None and isinstance(x, Repeat) and x.hi != x.lo):
+        return False
+    if isinstance(x.body, Chars) and isinstance(y.body, Chars):
+        return all(any(a <= lo and hi <= b for a, b in y.body.ranges) for lo, hi in x.body.ranges)
+    return x.body == y.body
 
 
 def alt(*parts: Node) -> Node:

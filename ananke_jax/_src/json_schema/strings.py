@@ -99,7 +99,22 @@ def string_body(
       BudgetError: the product of a pattern's automaton and the length's passes ``max_product``
         states (None: only the compile budget bounds it), or the compile budget is met.
     """
+    values, min_length, max_length = _runs_as_lengths(values, min_length, max_length)
     return _string_body(min_length, max_length, tuple(values), longest, max_product)
+
+
+def _runs_as_lengths(values: list[rx.Node], min_length: int, max_length: int | None) -> tuple[list[rx.Node], int, int | None]:
+    """``values`` with each bounded run of one set of code points, ``C{lo,hi}`` (the pattern
+    ``^\\S{1,1000}$``), as ``C*`` and its bounds folded into the length's: the same strings, whose
+    automaton is then chained from one code point's (`_code_points_repeated`) instead of built
+    from ``hi`` spelled copies of the set (an NFA of some 330 states a copy for ``\\S``)."""
+    out = []
+    for v in values:
+        if isinstance(v, rx.Repeat) and isinstance(v.body, rx.Chars) and v.hi is not None:
+            min_length, max_length = max(min_length, v.lo), v.hi if max_length is None else min(max_length, v.hi)
+            v = rx.star(v.body)
+        out.append(v)
+    return out, min_length, max_length
 
 
 @functools.lru_cache(maxsize=256)
