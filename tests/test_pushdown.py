@@ -594,6 +594,30 @@ def test_the_outcome_walk_equals_each_state_and_string_read_alone(sentencepiece_
     assert walked.num_columns < len(trie.token_ids) // 10, walked.num_columns  # strings that act alike share a column
 
 
+@pytest.mark.parametrize("most", [1, 3])
+def test_outcome_sets_are_interned_exactly(most):
+    """Each (state, string) group gets the id of its set of outcomes: equal sets one id, other
+    sets others, and the set's members listed; groups of one row (most walks hold only such)
+    and of several mixed."""
+    from ananke_jax._src.compile.cfg import _outcome_sets
+
+    rng = np.random.default_rng(most)
+    groups = {
+        (q, s): sorted(rng.choice(6, rng.integers(1, most + 1), replace=False).tolist())
+        for q in range(40)
+        for s in range(30)
+        if rng.random() < 0.5
+    }
+    rows = [(q, s, o) for (q, s), outcomes in sorted(groups.items()) for o in outcomes]
+    q, string, outcome = (np.array(column, np.int64) for column in zip(*rows))
+    group_q, group_string, set_of_group, members = _outcome_sets(q, string, outcome)
+    assert list(zip(group_q.tolist(), group_string.tolist())) == sorted(groups)
+    listed = {i: sorted(m for m in row.tolist() if m >= 0) for i, row in enumerate(members)}
+    assert listed[0] == [] and len({tuple(v) for v in listed.values()}) == len(listed)  # each set once, 0 empty
+    for key, id_ in zip(sorted(groups), set_of_group.tolist()):
+        assert listed[id_] == groups[key], key
+
+
 def test_lexer_states_along_a_bounded_string_share_rows_and_mask_as_the_token_dfa(sentencepiece_vocab):
     """Strings of up to 40 characters are chains of lexer states whose tables are alike: the
     pushdown engine keeps them once per distinct row (``lexer_row``). Along random walks its masks

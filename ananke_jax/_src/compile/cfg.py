@@ -432,17 +432,33 @@ def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tup
       padded with -1 (set 0 is empty).
     """
     starts = np.flatnonzero(np.concatenate([[True], (q[1:] != q[:-1]) | (string[1:] != string[:-1])])) if len(q) else np.zeros(0, np.int64)
-    # Sets are compared by two random 64-bit sums of their members (collisions ~2^-120).
-    weights = np.random.default_rng(0).integers(1, 2**63, size=(2, int(outcome.max(initial=0)) + 1), dtype=np.uint64)
-    keys = [np.add.reduceat(w[outcome], starts) if len(starts) else np.zeros(0, np.uint64) for w in weights]
-    distinct = sorted_unique(keys[0])
-    set_of_group = np.searchsorted(distinct, keys[0])
-    first = np.empty(len(distinct), np.int64)
-    first[set_of_group] = np.arange(len(starts))  # one group of each set
-    if not (keys[1][first][set_of_group] == keys[1]).all():  # the first sums collided
-        _, first, set_of_group = np.unique(np.stack(keys, axis=1), axis=0, return_index=True, return_inverse=True)
-        set_of_group = set_of_group.reshape(-1)
-    sizes = np.diff(np.append(starts, len(outcome)))[first]
+    group_size = np.diff(np.append(starts, len(outcome)))
+    set_of_group = np.empty(len(starts), np.int64)
+    # A group of one row (most, often all) holds the set of its one outcome, numbered by it.
+    single = np.flatnonzero(group_size == 1)
+    value = outcome[starts[single]]
+    present = np.zeros(int(outcome.max(initial=0)) + 1, bool)
+    present[value] = True
+    number = np.cumsum(present) - 1
+    set_of_group[single] = number[value]
+    first = np.empty(int(present.sum()), np.int64)  # one group of each set
+    first[number[value]] = single
+    several = np.flatnonzero(group_size > 1)
+    if len(several):  # sets of several outcomes, compared by two random 64-bit sums of their members (collisions ~2^-120)
+        rows = outcome[concatenated_ranges(starts[several], group_size[several])]
+        offsets = np.cumsum(group_size[several]) - group_size[several]
+        weights = np.random.default_rng(0).integers(1, 2**63, size=(2, len(present)), dtype=np.uint64)
+        keys = [np.add.reduceat(w[rows], offsets) for w in weights]
+        distinct = sorted_unique(keys[0])
+        set_of_several = np.searchsorted(distinct, keys[0])
+        first_of_set = np.empty(len(distinct), np.int64)
+        first_of_set[set_of_several] = np.arange(len(several))
+        if not (keys[1][first_of_set][set_of_several] == keys[1]).all():  # the first sums collided
+            _, first_of_set, set_of_several = np.unique(np.stack(keys, axis=1), axis=0, return_index=True, return_inverse=True)
+            set_of_several = set_of_several.reshape(-1)
+        set_of_group[several] = len(first) + set_of_several
+        first = np.concatenate([first, several[first_of_set]])
+    sizes = group_size[first]
     owner = np.repeat(np.arange(len(first)), sizes)
     members = outcome[concatenated_ranges(starts[first], sizes)]
     set_members = np.full((len(first) + 1, int(sizes.max(initial=1))), -1, np.int32)
