@@ -322,6 +322,33 @@ def test_a_lexer_that_cannot_keep_string_loops_spells_them_out(sentencepiece_voc
     _assert_walks_alike(*compiled, sentencepiece_vocab, seed=0, walks=20, steps=10)
 
 
+def test_a_lexer_whose_terminal_ends_inside_a_loop_walks_its_spliced_units_whole(sentencepiece_vocab, monkeypatch):
+    """Where a terminal ends in a state that counts units (a string's opening piece, "x then up
+    to 6 characters", before a closing-quote terminal), its loops cannot be stepped per
+    vocabulary: the units are spliced into the lexer all the same, as many states as the lexer of
+    the terminals spelled out (not built again), and walked whole; whole masks equal the spelled
+    grammar's."""
+    from ananke_jax._src.compile import cfg
+    from ananke_jax._src.compile.lexer import build_lexer
+
+    def grammar(opening: TerminalDef) -> aj.Grammar:
+        return aj.Grammar((Rule("s", ("A", "Q")),), (opening, TerminalDef("Q", '"')), "s")
+
+    chars = rx.seq(rx.Text('"x'), rx.repeat(strings.ANY_UNIT, 0, 6))
+    looped = grammar(TerminalDef("A", "an opening", rx.to_dfa(strings.with_placeholder_units(chars)), strings.string_units()))
+    spelled = grammar(TerminalDef("A", "an opening", rx.to_dfa(chars)))
+    begins = np.ones((1, 2), bool)
+    ir, dfas = without_empty_terminals(looped)
+    built = []
+    monkeypatch.setattr(cfg, "build_lexer", lambda *args: built.append(build_lexer(*args)) or built[-1])
+    lexer, loops = _lexer_with_loops(ir.terminals, dfas, begins)
+    assert len(built) == 1
+    spelled_ir, spelled_dfas = without_empty_terminals(spelled)
+    assert loops is None and lexer.num_states == build_lexer(spelled_ir.terminals, spelled_dfas, begins).num_states
+    compiled = (aj.compile_grammar(g, sentencepiece_vocab) for g in (looped, spelled))
+    _assert_walks_alike(*compiled, sentencepiece_vocab, seed=1, walks=20, steps=10)
+
+
 def _assert_walks_alike(cg, reference, vocab, *, seed: int, walks: int, steps: int) -> None:
     """Whole masks (EOS included) and acceptance of ``cg`` equal ``reference``'s along random
     walks of tokens ``reference`` allows."""

@@ -39,7 +39,7 @@ from ananke_jax._src.compile.outcome_walk import CHUNK_ROWS, Cuts, WalkedOutcome
 from ananke_jax._src.compile.token_refs import spell_token_refs
 from ananke_jax._src.compile.token_table import spell_tokens
 from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes, distinct_rows
-from ananke_jax._src.compile.unit_loops import LoopColumns, UnitLoops, expand_unit_loops, loop_columns
+from ananke_jax._src.compile.unit_loops import LoopColumns, UnitLoops, completed_into, expand_unit_loops, loop_columns
 from ananke_jax._src.engines.lr import fork_width
 from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.errors import GrammarError
@@ -194,8 +194,10 @@ def _lexer_with_loops(
     in as loops (`unit_loops.expand_unit_loops`), whose states `_loop_outcomes` steps per
     vocabulary. One language loops, the one whose loops hold the most states (those that read a
     placeholder, times the live states of a unit); the others' terminals are spelled out. Where
-    a lexer state reads a unit beside a terminal that begins with one of its bytes, or a terminal
-    ends inside a loop, each terminal's units are spelled out instead."""
+    a terminal ends inside a loop, or a loop's state reads other bytes, the units are spliced in
+    all the same but walked with the other states (no loops); where a lexer state reads a unit
+    beside a terminal that begins with one of its bytes, the lexer is built again from the
+    terminals with their units spelled out."""
     held = collections.Counter()
     for t in terminals:
         if t.units is not None:
@@ -204,22 +206,18 @@ def _lexer_with_loops(
     kept = held.most_common(1)[0][0] if held else None
     dfas = {t.name: dfas[t.name] if t.units in (None, kept) else expand_unit_loops(dfas[t.name], t.units)[0] for t in terminals}
     lexer = build_lexer(terminals, dfas, begins, excluded)
-    if kept is not None:
-        whole = ByteDFA(lexer.transitions, lexer.ends.any(axis=1), lexer.start)
-        expanded = expand_unit_loops(whole, kept, "the lexer (the terminals' product automaton)")
-        if expanded is not None and expanded[1] is not None:
-            dfa, loops = expanded
-            counting = np.flatnonzero(loops.unit_target)
-            if not lexer.ends[counting].any():
-                # A state inside a unit is alive for the terminals of the state the unit completes into.
-                completes = np.zeros(dfa.num_states, np.int64)
-                target, unit_state = np.nonzero(loops.inside)
-                completes[loops.inside[target, unit_state]] = target
-                new = completes[lexer.num_states :]
-                ends = np.vstack([lexer.ends, np.zeros((len(new), len(terminals)), bool)])
-                return Lexer(lexer.terminals, dfa.transitions, ends, np.vstack([lexer.alive, lexer.alive[new]]), lexer.starts), loops
     if kept is None:
         return lexer, None
+    whole = ByteDFA(lexer.transitions, lexer.ends.any(axis=1), lexer.start)
+    expanded = expand_unit_loops(whole, kept, "the lexer (the terminals' product automaton)")
+    if expanded is not None:
+        dfa, loops = expanded
+        # A state inside a unit ends no terminal and is alive for those of the state the unit completes into.
+        new = completed_into(whole, kept)
+        ends = np.vstack([lexer.ends, np.zeros((len(new), len(terminals)), bool)])
+        lexer = Lexer(lexer.terminals, dfa.transitions, ends, np.vstack([lexer.alive, lexer.alive[new]]), lexer.starts)
+        steppable = loops is not None and not lexer.ends[np.flatnonzero(loops.unit_target)].any()
+        return lexer, loops if steppable else None
     spelled = {t.name: expand_unit_loops(dfas[t.name], kept)[0] if t.units is kept else dfas[t.name] for t in terminals}
     return build_lexer(terminals, spelled, begins, excluded), None
 

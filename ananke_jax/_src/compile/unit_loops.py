@@ -109,8 +109,7 @@ def expand_unit_loops(
     begins = np.flatnonzero(units.transitions[boundary])  # the bytes that begin a unit
     if t[np.ix_(reading, begins)].any():
         return None
-    mids = np.flatnonzero((np.arange(units.num_states) != boundary) & (np.arange(units.num_states) != DEAD))
-    targets = np.unique(target[reading])
+    targets, mids = _inner_states(dfa, language)
     num_states = dfa.num_states + len(targets) * len(mids)
     charge_dfa_states(num_states, what)
     inside = np.zeros((num_states, units.num_states), np.int32)
@@ -129,6 +128,22 @@ def expand_unit_loops(
     if t[np.ix_(np.union1d(reading, targets), others)].any():
         return expanded, None
     return expanded, UnitLoops(language, unit_target, inside)
+
+
+def _inner_states(dfa: ByteDFA, language: UnitLanguage) -> tuple[np.ndarray, np.ndarray]:
+    """The states ``dfa``'s placeholder leads to, and the unit states inside a unit: `expand_unit_loops`
+    numbers the state inside a unit at ``mids[j]`` completing into ``targets[k]``
+    ``dfa.num_states + k * len(mids) + j``."""
+    target = dfa.transitions[:, language.placeholder]
+    states = np.arange(language.dfa.num_states)
+    return np.unique(target[target != DEAD]), np.flatnonzero((states != language.dfa.start) & (states != DEAD))
+
+
+def completed_into(dfa: ByteDFA, language: UnitLanguage) -> np.ndarray:
+    """int[N]: of each state `expand_unit_loops` adds to ``dfa`` (inside a unit), the state of
+    ``dfa`` that unit completes into."""
+    targets, mids = _inner_states(dfa, language)
+    return np.repeat(targets, len(mids))
 
 
 RemainderWalk = Callable[[np.ndarray, TokenTrie], np.ndarray]
