@@ -160,6 +160,24 @@ def test_a_schema_split_into_small_terminals_allows_what_its_token_dfa_allows(na
             state, reference = _advance(split, state, token), _advance(whole, reference, token)
 
 
+def test_long_strings_split_into_pieces_keep_their_closing_quotes_and_their_loops(sentencepiece_vocab, monkeypatch):
+    """A string's characters too many for one small terminal are a terminal with the closing
+    quote (not one of their own, which would end where it counts characters): the lexer keeps
+    their loops, stepped per vocabulary, and whole masks equal the token DFA's."""
+    from ananke_jax._src.compile import cfg
+
+    strings_ = {"type": "string", "maxLength": 300}
+    schema = {"type": "object", "properties": {"a": strings_, "b": strings_, "n": {"type": "integer"}}, "required": ["a", "n"]}
+    rules = json_schema_rules(schema, placeholder_gaps=True)
+    lexers, real = [], cfg._lexer_with_loops
+    monkeypatch.setattr(cfg, "_lexer_with_loops", lambda *args: lexers.append(real(*args)) or lexers[-1])
+    split = compile_in_pieces(rules, sentencepiece_vocab, 40, gap_run=MAX_WHITESPACE_RUN, stack_depth=64, max_configs=8)
+    assert isinstance(split, aj.PushdownGrammar) and lexers[-1][1] is not None
+    whole = aj.compile_json_schema(schema, sentencepiece_vocab)
+    assert isinstance(whole, aj.RegularGrammar)
+    _assert_walks_alike(split, whole, sentencepiece_vocab, seed=4, walks=6, steps=40)
+
+
 def test_a_schema_whose_token_dfa_would_be_too_large_goes_to_the_pushdown_engine(sentencepiece_vocab, monkeypatch):
     """A schema without recursion whose token DFA would take more states than tables within
     ``max_table_bytes`` hold (at `TOKEN_COLUMNS` columns a state) goes to the pushdown engine in

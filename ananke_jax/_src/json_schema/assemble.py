@@ -140,15 +140,26 @@ class _Writer:
         """``parts``, where consecutive ones are small together, joined by ``join`` (`rx.seq`,
         `rx.alt`) into one terminal each, given as ``[its name]``."""
         out, run, size = [], [], 0.0
+        characters = None  # a string's characters too large for the run, until its closing quote
         for part in parts:
+            if characters is not None:
+                closed = isinstance(part, rx.Text) and part.text.startswith('"')
+                out.append(self.as_terminal(rx.seq(characters, rx.Text('"'))) if closed else characters)  # (`_is_unit_run`)
+                characters = None
+                if closed and part.text == '"':
+                    continue
+                part = rx.Text(part.text[1:]) if closed else part
             if run and not self.small(part, size):
                 out.append(self.as_terminal(join(*run)))
                 run, size = [], 0.0
             if self.small(part):
                 run.append(part)
                 size += self.size(part)
+            elif join is rx.seq and _is_unit_run(part):
+                characters = part
             else:
                 out.append(part)
+        out += [characters] if characters is not None else []
         return out + ([self.as_terminal(join(*run))] if run else [])
 
     def as_terminal(self, node) -> list[str]:
@@ -272,6 +283,14 @@ class _Writer:
     def helper(self) -> str:
         self.helpers += 1
         return f"_h{self.helpers}"
+
+
+def _is_unit_run(node) -> bool:
+    """Whether ``node`` is a string's run of any characters (`strings.ANY_UNIT` repeated). Split from its closing quote, its terminal would end where it counts characters,
+    and the lexer could not step over its loops per vocabulary (`cfg._lexer_with_loops`): every
+    loop's states would be walked (on 131k tokens, lexers of 40-65k states instead of 5-8k); kept
+    in one terminal with what is around it, its states cost the walk little."""
+    return isinstance(node, rx.Repeat) and node.body == strings.ANY_UNIT
 
 
 def _terminal_automaton(node: rx.Node, gap_run: int | None) -> tuple[ByteDFA, UnitLanguage | None]:
