@@ -286,10 +286,12 @@ class _Writer:
 
 
 def _is_unit_run(node) -> bool:
-    """Whether ``node`` is a string's run of any characters (`strings.ANY_UNIT` repeated). Split from its closing quote, its terminal would end where it counts characters,
-    and the lexer could not step over its loops per vocabulary (`cfg._lexer_with_loops`): every
-    loop's states would be walked (on 131k tokens, lexers of 40-65k states instead of 5-8k); kept
-    in one terminal with what is around it, its states cost the walk little."""
+    """Whether ``node`` is a string's run of any characters (`strings.ANY_UNIT` repeated). Too
+    large for a small terminal, it is one with the closing quote: split from it, its terminal
+    would end where it counts characters, and then the lexer steps over no loop per vocabulary
+    (`cfg._lexer_with_loops`) but walks every loop's states (on 131k tokens, lexers of 40-65k
+    states walked instead of 4-8k). Runs of one set of characters (`strings.ClassUnit`) are left
+    alone: a large set's unit spliced into every counting state can outgrow the lexer."""
     return isinstance(node, rx.Repeat) and node.body == strings.ANY_UNIT
 
 
