@@ -256,6 +256,21 @@ def test_repeats_of_large_bodies_are_counted_by_rules(lo, hi, sentencepiece_voca
         assert _token_walk(split, sentencepiece_encode(text)) == (lo <= count <= (hi or count)), text
 
 
+def test_a_repeat_reached_in_several_places_is_counted_by_one_chain(sentencepiece_vocab, sentencepiece_encode):
+    """The same bounded array under two optional properties is counted by one chain of rules
+    (each place would add some 60 more for 30 items), and each place keeps its bounds."""
+    item = {"type": "object", "properties": {"k": {"enum": [1, 22]}, "v": {"type": "boolean"}}, "required": ["k"]}
+    items = {"type": "array", "items": item, "minItems": 2, "maxItems": 30}
+    one = {"type": "object", "properties": {"a": items}, "additionalProperties": False}
+    two = {"type": "object", "properties": {"a": items, "b": items}, "additionalProperties": False}
+    sizes = [len(to_grammar(json_schema_rules(s, whitespace="compact"), set(), max_terminal=40).rules) for s in (one, two)]
+    assert sizes[1] - sizes[0] < 30, sizes
+    split = compile_in_pieces(json_schema_rules(two, whitespace="compact"), sentencepiece_vocab, 40, stack_depth=64, max_configs=4)
+    for a, b in [(2, 30), (1, 2), (30, 31), (0, 5)]:
+        text = json.dumps({"a": [{"k": 1}] * a, "b": [{"k": 22}] * b}, separators=(",", ":"))
+        assert _token_walk(split, sentencepiece_encode(text)) == (2 <= a <= 30 and 2 <= b <= 30), text
+
+
 LOOPED = {
     "bounded_strings_in_a_tree": {
         "type": "object",

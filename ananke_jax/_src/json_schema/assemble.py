@@ -121,6 +121,7 @@ class _Writer:
         self.start = start
         self.rules: list[Rule] = []
         self.terminals: dict[rx.Node, str] = {}  # node -> its terminal's name
+        self.spelled: dict[rx.Node, list[str]] = {}  # node -> its symbols (`symbols`)
         self.helpers = 0
 
     def grammar(self, charge_total: bool) -> Grammar:
@@ -167,6 +168,14 @@ class _Writer:
         return [] if node == rx.EMPTY else [self.terminal(node)]
 
     def symbols(self, node) -> list[str]:
+        """The symbols of ``node``'s language, once per distinct node: a subschema reached in
+        several places (an array property beside optional ones, where each order of the
+        properties reaches it) shares its helpers and the chains counting its repeats."""
+        if node not in self.spelled:
+            self.spelled[node] = self._symbols(node)
+        return list(self.spelled[node])
+
+    def _symbols(self, node) -> list[str]:
         if isinstance(node, Ref):
             return [self.names[node.name]]
         if self.whole(node):
