@@ -366,16 +366,34 @@ def test_bounded_runs_of_code_points_fold_into_the_length_bounds(pattern):
 def test_a_long_bounded_run_of_any_visible_character_compiles_within_the_default_budget(sentencepiece_vocab):
     r"""``^\S{1,1000}$`` spelled out as 1,000 copies of ``\S``'s JSON spellings is an NFA of some
     330,000 states, over the default ``max_states``; folded into length bounds it compiles, and
-    its strings are those `jsonschema` accepts."""
+    its strings are those of 1 to 1,000 characters none of which is whitespace (`jsonschema`
+    reads ``$`` as Python does, before a final newline too, so it is no oracle here)."""
     from ananke_jax._src.json_schema import strings
 
     schema = {"type": "string", "pattern": r"^\S{1,1000}$"}
     assert isinstance(aj.compile_json_schema(schema, sentencepiece_vocab), aj.RegularGrammar)
     dfa = to_dfa(strings.string_body(0, None, [pattern_node(schema["pattern"])]))
     rng = np.random.default_rng(0)
-    alphabet = ["a", "Z", "é", '"', "\\", "€", "😀", " ", "\n", "\u2003"]
+    alphabet = ["a", "Z", "é", '"', "\\", "€", "😀", " ", "\n", "\u2003"]  # whitespace alike in ECMA-262 and Python
     for n in [0, 1, 2, 999, 1000, 1001]:
         for _ in range(4):
             text = "".join(rng.choice(alphabet[:7] if rng.random() < 0.6 else alphabet, n))
             spelling = json.dumps(text, ensure_ascii=False)[1:-1]
-            assert _matches(dfa, spelling) == jsonschema.Draft202012Validator(schema).is_valid(text), (n, text[:20])
+            assert _matches(dfa, spelling) == (1 <= n <= 1000 and not any(c.isspace() for c in text)), (n, text[:20])
+        assert _matches(dfa, "a" * (n - 1) + "\\n") is False  # a final newline too
+
+
+def test_length_keywords_beside_a_bounded_run_are_kept_under_strict_false(sentencepiece_vocab):
+    """Under ``strict=False`` length keywords whose product with a pattern is large are dropped;
+    beside a pattern that bounds the length itself (``^\\S{1,1000}$``) dropping them makes no
+    automaton smaller, so they are kept: strings past ``maxLength`` stay refused."""
+    from ananke_jax._src.json_schema import strings
+
+    schema = {"type": "string", "allOf": [{"pattern": r"^\S{1,1000}$"}, {"pattern": "^a"}], "maxLength": 500}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no keyword is dropped
+        aj.compile_json_schema(schema, sentencepiece_vocab, strict=False)
+    values = [pattern_node(p["pattern"]) for p in schema["allOf"]]
+    dfa = to_dfa(strings.string_body(0, 500, values))
+    for n, valid in [(500, True), (501, False), (1000, False)]:
+        assert _matches(dfa, "a" * n) == valid == jsonschema.Draft202012Validator(schema).is_valid("a" * n), n

@@ -106,6 +106,8 @@ class Scalars:
         except BudgetError as e:
             if e.budget != "max_states":
                 raise
+            if strings.bounded_by_pattern(values):  # the pattern's own bounds would cost as much
+                return strings.string_body(lo, hi, values, self.max_string_length)
             unbounded = strings.string_body(0, None, values, self.max_string_length)  # or the pattern is over it too
             for keyword in ("minLength", "maxLength"):
                 if keyword in s:

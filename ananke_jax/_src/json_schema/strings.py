@@ -117,6 +117,12 @@ def _runs_as_lengths(values: list[rx.Node], min_length: int, max_length: int | N
     return out, min_length, max_length
 
 
+def bounded_by_pattern(values: list[rx.Node]) -> bool:
+    """Whether a value of ``values`` is one bounded run of code points (`_runs_as_lengths`): it
+    bounds the length itself, so that dropping the length keywords makes no automaton smaller."""
+    return _runs_as_lengths(values, 0, None)[2] is not None
+
+
 @functools.lru_cache(maxsize=256)
 def _string_body(
     min_length: int, max_length: int | None, values: tuple[rx.Node, ...], longest: int | None, max_product: int | None
