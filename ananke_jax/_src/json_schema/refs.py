@@ -32,15 +32,16 @@ class Resolver:
 
     def _index(self, schema, pointer: str, base: str) -> None:
         if isinstance(schema, dict):
-            if isinstance(schema.get("$id"), str) and schema["$id"].startswith("#"):
-                # A fragment alone (draft 7: "#name" names the subschema) is no new document.
-                if schema["$id"] != "#" and not schema["$id"].startswith("#/"):
-                    self._by_uri[base.split("#")[0] + schema["$id"]] = pointer
-            elif isinstance(schema.get("$id"), str):
-                base = urllib.parse.urljoin(base, schema["$id"])
+            anchors = [schema.get("$anchor")]
+            id_ = schema.get("$id")
+            if isinstance(id_, str) and id_.startswith("#"):  # a fragment alone is no new document
+                anchors.append(id_[1:] if id_[1:2] not in ("", "/") else None)  # draft 7's "#name" is an anchor
+            elif isinstance(id_, str):
+                base = urllib.parse.urljoin(base, id_)
                 self._by_uri[base.split("#")[0]] = pointer
-            if isinstance(schema.get("$anchor"), str):
-                self._by_uri[base.split("#")[0] + "#" + schema["$anchor"]] = pointer
+            for anchor in anchors:
+                if isinstance(anchor, str):
+                    self._by_uri[base.split("#")[0] + "#" + anchor] = pointer
             self._base[pointer] = base
             for key, value in schema.items():
                 if key not in ("enum", "const", "examples", "default"):
