@@ -117,7 +117,9 @@ def expand_unit_loops(
     # A unit state's value seen from a unit that completes into each target (boundary: the target).
     completing = inside.copy()
     completing[:, boundary] = np.arange(num_states)
-    table = np.vstack([t, completing[targets[:, None, None], units.transitions[mids][None]].reshape(-1, 256)])
+    table = np.empty((num_states, 256), np.int32)
+    table[: dfa.num_states] = t
+    _fill_inside(table[dfa.num_states :].reshape(len(targets), len(mids), 256), targets, mids, units, dfa.num_states)
     table[np.ix_(reading, begins)] = completing[target[reading][:, None], units.transitions[boundary, begins][None]]
     table[:, language.placeholder] = DEAD
     unit_target = np.zeros(num_states, np.int32)
@@ -128,6 +130,21 @@ def expand_unit_loops(
     if t[np.ix_(np.union1d(reading, targets), others)].any():
         return expanded, None
     return expanded, UnitLoops(language, unit_target, inside)
+
+
+def _fill_inside(inner: np.ndarray, targets: np.ndarray, mids: np.ndarray, units: ByteDFA, first: int) -> None:
+    """Write into ``inner`` (int32[K, M, 256]) the transitions of the states inside a unit: the
+    one at ``mids[j]`` completing into ``targets[k]`` is state ``first + k * M + j``. Computed
+    from one unit's table rather than gathered per state (these tables are the largest built)."""
+    step = units.transitions[mids]  # int[M, 256]: the unit state after each byte
+    index = np.zeros(units.num_states, np.int32)
+    index[mids] = np.arange(len(mids))
+    inner_step = np.isin(step, mids)
+    offsets = first + len(mids) * np.arange(len(targets), dtype=np.int32)
+    np.multiply(offsets[:, None, None], inner_step[None], out=inner)
+    inner += np.where(inner_step, index[step], 0).astype(np.int32)[None]
+    j, b = np.nonzero(step == units.start)  # a unit's last byte: on to the target
+    inner[:, j, b] = targets[:, None]
 
 
 def _inner_states(dfa: ByteDFA, language: UnitLanguage) -> tuple[np.ndarray, np.ndarray]:
