@@ -244,6 +244,21 @@ def test_grammars_too_large_for_the_lalr_analysis_are_refused_before_it_and_deep
         sys.setrecursionlimit(limit)
 
 
+def test_goto_columns_over_the_table_budget_are_refused_before_they_are_made():
+    """The goto table is dense (LR states x nonterminals: 812 MB on a JSON Schema of 20,000
+    rules): it is charged to ``max_table_bytes`` before it is allocated."""
+    grammar = _nested_optionals(500)
+    tables = lr_tables(grammar)
+    size = tables.goto.nbytes
+    with metered(CompileBudget(max_table_bytes=size)):
+        lr_tables(grammar)
+    with (
+        metered(CompileBudget(max_table_bytes=size - 1)),
+        pytest.raises(BudgetError, match=r"goto columns of [\d,]+ bytes .*max_table_bytes"),
+    ):
+        lr_tables(grammar)
+
+
 @pytest.mark.slow
 def test_tables_are_the_same_in_every_process():
     """lark keeps LR(0) states in a set, ordered by string hashes: the states are renumbered

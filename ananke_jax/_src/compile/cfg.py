@@ -602,7 +602,9 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     trie_tables = {name: getattr(tries, name)[tries.trie_of_state[member]] for name in _TRIE_TABLES}
     per_state = {"state_outcomes": t.state_outcomes, "outcome_lexer": tries.outcome_lexer, "lexer_row": lexer_row}
     tables = {**mask_tables, "mask_rows": mask_rows, **trie_tables, **per_state}
-    charge_bytes(sum(x.nbytes for x in (*tables.values(), t.token_class, t.set_members)), "the mask tables")
+    charge_bytes(
+        sum(x.nbytes for x in (*tables.values(), t.token_class, t.set_members, lr.goto, lr.action_kind, lr.action_arg)), "the tables"
+    )
     check_time()  # before the tables go to the device
     host = dict(
         lexer_start=_host(lexer.start, np.int32),

@@ -19,7 +19,7 @@ from lark.grammar import NonTerminal, Rule, Terminal
 from lark.parsers import grammar_analysis
 from lark.parsers.lalr_analysis import LALR_Analyzer
 
-from ananke_jax._src.compile.budget import charge_states, check_time
+from ananke_jax._src.compile.budget import charge_bytes, charge_states, check_time
 from ananke_jax._src.compile.grammar_sets import grammar_sets
 from ananke_jax._src.engines.lr import ACCEPT, MAX_RULE_LENGTH, REDUCE, SHIFT
 from ananke_jax._src.errors import ConflictError, GrammarError
@@ -117,6 +117,7 @@ def lr_tables(grammar: Grammar, *, max_actions: int = 1) -> LRTables:
     goto_columns = {name: j for j, name in enumerate(nonterminals)}
     rule_index = {r: i for i, r in enumerate(lark_rules)}
     cells: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (state, column) -> its actions
+    charge_bytes(4 * len(itemsets) * len(nonterminals), "the LR tables' goto columns")  # dense: states x nonterminals
     goto = np.full((len(itemsets), len(nonterminals)), -1, np.int32)
     conflicts = []
     for i, itemset in enumerate(itemsets):
