@@ -74,7 +74,10 @@ def context_free_cuts(lexer: Lexer, lr_column: np.ndarray, follow: np.ndarray, s
     columns = np.where(end_terminals >= 0, lr_column[end_terminals], NO_CUT).astype(np.int32)
     # A start that begins every terminal needs this pruning.
     follow_lexer = np.where(lr_column >= 0, follow[:, np.maximum(lr_column, 0)], True)
-    may_start = np.concatenate([np.ones((1, lexer.num_states), bool), (lexer.alive[None, :, :] & follow_lexer[:, None, :]).any(axis=2)])
+    # Whether a terminal that may follow is alive in each state: a product of 0/1 matrices (the
+    # boolean [T, Q, terminals] array it replaces took gigabytes on large lexers).
+    following_alive = follow_lexer.astype(np.float32) @ lexer.alive.T.astype(np.float32) > 0
+    may_start = np.concatenate([np.ones((1, lexer.num_states), bool), following_alive])
     return Cuts(columns, follow, may_start, start_after=start_after)
 
 
