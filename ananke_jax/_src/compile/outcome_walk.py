@@ -242,11 +242,13 @@ def walk_outcomes(
                 raise _too_ambiguous(sequences, names) from None
             pending += [part[len(part) // 2 :], part[: len(part) // 2]]
     string_column, rows = parts[0] if len(parts) == 1 else _merged_parts(parts, top_shift)
+    check_time(ahead=_SORT_SECONDS_PER_ROW * len(rows))  # the steps below sort and search every row
 
     # An outcome is a (terminal sequence, final lexer state) pair, numbered in the order of
     # their columns (not of the sequences' ids, which depend on the order of the walks).
     pairs = (rows & seq_mask) * lexer.num_states + ((rows >> lex_shift) & state_mask)
     unique_pairs = sorted_unique(pairs)
+    check_time()
     seqs, lexer_after = unique_pairs // lexer.num_states, unique_pairs % lexer.num_states
     terminals, lengths = _materialise(sequences.parent, sequences.column, seqs)
     order = np.lexsort([lexer_after, *terminals.T[::-1]])
@@ -356,11 +358,14 @@ def _merged_parts(parts: list[tuple[np.ndarray, np.ndarray]], top_shift: int) ->
     column = np.where(live, np.cumsum(live) - 1, -1)
     rows = []
     for (_, ends), part_column in zip(parts, distinct[live].T):
+        check_time()
         at = ends >> top_shift
         lo, hi = np.searchsorted(at, part_column), np.searchsorted(at, part_column, side="right")
         picked = ends[concatenated_ranges(lo, hi - lo)] & ((1 << top_shift) - 1)
         rows.append((np.repeat(np.arange(len(part_column)), hi - lo) << top_shift) | picked)
-    return column[inverse.reshape(-1)], sorted_unique(np.concatenate(rows))
+    rows = np.concatenate(rows)
+    check_time(ahead=_SORT_SECONDS_PER_ROW * len(rows))
+    return column[inverse.reshape(-1)], sorted_unique(rows)
 
 
 class _FrontierOverflow(Exception):
