@@ -207,6 +207,7 @@ def repeated(body: ByteDFA, lo: int, hi: int) -> ByteDFA | None:
     return ByteDFA(transitions, np.concatenate([[False, lo == 0], accepting.ravel()]), 1)
 
 
+_STACK_SECONDS_PER_STATE = 2e-6  # the DFAs' rows stacked and their byte classes found, foreseen
 _CHUNK_ENTRIES = 1 << 22  # tuple entries (int32) of one lookup's successors: its memory, and the time between deadline checks
 
 
@@ -229,6 +230,7 @@ def product(dfas: Sequence[ByteDFA], starts: np.ndarray, what: str) -> tuple[np.
       tuple.
     """
     sizes = np.array([d.num_states for d in dfas])
+    check_time(ahead=_STACK_SECONDS_PER_STATE * sizes.sum())
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     dfa_of = np.repeat(np.arange(len(dfas)), sizes)  # of each stacked state
     stacked = np.vstack([d.transitions for d in dfas])  # all DFAs' rows, stacked
@@ -266,14 +268,17 @@ def product(dfas: Sequence[ByteDFA], starts: np.ndarray, what: str) -> tuple[np.
         frontier = np.concatenate(found_tuples)
         order.append(frontier)
     # The block: the stacked states reachable from those reached alone, numbered after the rest.
+    check_time()
     block = _reachable(table, offsets[dfa_of], np.concatenate(alone))
     charge_states(first + len(block), what)
+    check_time()  # the steps below copy every state's row: some seconds on the largest lexers
     block_id = np.zeros(len(table), np.int64)
     block_id[block] = first + np.arange(len(block))
     block_rows = np.where(table[block] != DEAD, block_id[table[block] + offsets[dfa_of[block], None]], DEAD)
     transitions = np.concatenate([np.zeros((1, len(first_byte)), np.int64), *rows, block_rows])
     in_block = transitions < 0
     transitions[in_block] = block_id[-1 - transitions[in_block]]
+    check_time()
     block_tuples = np.zeros((len(block), len(dfas)), np.int32)
     block_tuples[np.arange(len(block)), dfa_of[block]] = block - offsets[dfa_of[block]]
     return transitions[:, byte_class].astype(np.int32), np.concatenate([*order, block_tuples])
