@@ -143,6 +143,7 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups,
     charge_bytes(4 * len(transitions) * len(member), "the token DFA's next-state columns")
     columns = np.zeros((len(transitions), len(member)), np.int32)
     for (of_item, _), (*_, representatives, functions) in zip(parts, walks):
+        check_time()  # each fill below writes up to the whole table (hundreds of MB)
         function_class = of_item[member]
         has = np.flatnonzero(function_class >= 0)
         function = representatives[function_class[has]]
@@ -150,9 +151,13 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups,
         pairs = concatenated_ranges(functions.offsets[function], lengths)
         columns[functions.origin[pairs], np.repeat(has, lengths)] = functions.state[pairs]
     if known is not None:
+        check_time()
         known_class = parts[-1][0][member]
+        # Each loop entry into every column of its class (most cells are dead: not made dense).
         has = np.flatnonzero(known_class >= 0)
-        columns[np.ix_(known.rows, has)] = known.dense()[:, known_class[has]]
+        by_class = has[stable_order(known_class[has])]
+        lo, hi = np.searchsorted(known_class[by_class], known.klass), np.searchsorted(known_class[by_class], known.klass, side="right")
+        columns[np.repeat(known.rows[known.row], hi - lo), by_class[concatenated_ranges(lo, hi - lo)]] = np.repeat(known.value, hi - lo)
     of_group = np.full(groups.num_groups, -1, np.int64)
     of_group[kept] = classes[: len(kept)]
     return StringClasses(groups, of_group, remaining, walked, classes[len(kept) :], columns)
@@ -404,6 +409,7 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary, loops: UnitLoops | None = None
     class_of_token[walked_ids] = classes.of_walked
     class_of_token[eos_ids] = eos_class
     runs = _token_runs(classes, class_of_group[:-1], walked_ids, eos_ids)
+    check_time()
     mask_rows, row_of_state = packed_mask_rows(next_state != DEAD, class_of_token, runs)
     return TokenTables(
         mask_rows=mask_rows,
@@ -471,6 +477,7 @@ def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray, runs: Toke
     sizes = np.bincount(runs.classes, runs.lengths, minlength=num_classes).astype(np.int64)
     # Rows are numbered in lexicographic order with the largest classes first.
     row_of_state = row_groups(allowed[:, np.argsort(-sizes, kind="stable")]).astype(np.int32)
+    check_time()
     num_rows = int(row_of_state.max()) + 1
     rows = np.zeros((num_rows, num_classes), bool)
     rows[row_of_state] = allowed
