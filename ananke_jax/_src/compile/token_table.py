@@ -28,6 +28,7 @@ _DENSE_ROWS_FACTOR = 8
 _MAX_PAIRS = 1 << 22
 # Levels of a trie walk with at most this many live children skip merging equal functions.
 _NARROW_LEVEL = 16
+_FILL_ENTRIES = 1 << 19  # loop entries written at once: the time between deadline checks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,8 +157,14 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups,
         # Each loop entry into every column of its class (most cells are dead: not made dense).
         has = np.flatnonzero(known_class >= 0)
         by_class = has[stable_order(known_class[has])]
-        lo, hi = np.searchsorted(known_class[by_class], known.klass), np.searchsorted(known_class[by_class], known.klass, side="right")
-        columns[np.repeat(known.rows[known.row], hi - lo), by_class[concatenated_ranges(lo, hi - lo)]] = np.repeat(known.value, hi - lo)
+        for first in range(0, len(known.row), _FILL_ENTRIES):
+            check_time()
+            entries = slice(first, first + _FILL_ENTRIES)
+            klass, value = known.klass[entries], known.value[entries]
+            lo, hi = np.searchsorted(known_class[by_class], klass), np.searchsorted(known_class[by_class], klass, side="right")
+            columns[np.repeat(known.rows[known.row[entries]], hi - lo), by_class[concatenated_ranges(lo, hi - lo)]] = np.repeat(
+                value, hi - lo
+            )
     of_group = np.full(groups.num_groups, -1, np.int64)
     of_group[kept] = classes[: len(kept)]
     return StringClasses(groups, of_group, remaining, walked, classes[len(kept) :], columns)
