@@ -194,14 +194,18 @@ def repeated(body: ByteDFA, lo: int, hi: int) -> ByteDFA | None:
     charge_dfa_states(2 + hi * len(others), "a repeat's DFA")
     index = np.full(body.num_states, -1, np.int64)
     index[others] = np.arange(len(others))
-    # State 1 is the start; copy k's states follow from 2 + k * len(others).
-    first = 2 + np.arange(hi, dtype=np.int64)[:, None, None] * len(others)
-    moves = index[body.transitions[others]][None]
-    copies = np.where(moves >= 0, first + moves, DEAD)
+    # State 1 is the start; copy k's states follow from 2 + k * len(others). Each copy's rows are
+    # the body's moves plus the copy's first state, written in place (no per-copy gather).
+    first = 2 + np.arange(hi, dtype=np.int32) * len(others)
+    moves = index[body.transitions[others]]
+    transitions = np.empty((2 + hi * len(others), 256), np.int32)
+    transitions[0] = DEAD
+    transitions[1] = np.where(index[body.transitions[start]] >= 0, 2 + index[body.transitions[start]], DEAD)
+    copies = transitions[2:].reshape(hi, len(others), 256)
+    np.multiply(first[:, None, None], moves[None] >= 0, out=copies)
+    copies += np.maximum(moves, 0).astype(np.int32)[None]
     ending = index[ends]
-    copies[:-1, ending[:, None], begins] = first[1:] + index[body.transitions[start, begins]]
-    start_row = np.where(index[body.transitions[start]] >= 0, 2 + index[body.transitions[start]], DEAD)
-    transitions = np.vstack([np.zeros((1, 256), np.int64), start_row[None], copies.reshape(-1, 256)]).astype(np.int32)
+    copies[:-1, ending[:, None], begins] = first[1:, None, None] + index[body.transitions[start, begins]]
     accepting = np.zeros((hi, len(others)), bool)
     accepting[max(lo, 1) - 1 :] = body.accepting[others]
     return ByteDFA(transitions, np.concatenate([[False, lo == 0], accepting.ravel()]), 1)
