@@ -648,7 +648,7 @@ def test_a_last_lexer_state_whose_outcomes_complete_nothing_gets_no_trie_node():
         lexer_after=np.array([1, 1], np.int32),
         pending=np.zeros((2, 2), bool),
         pending_free=np.ones(2, bool),
-        completions=[[[1]], []],
+        completions=(np.array([0, 1]), [[[1]], []]),
     )
     assert tries.outcome_node[tries.trie_of_state].tolist() == [[0], [-1]]
 
@@ -669,12 +669,12 @@ def test_lexer_states_whose_outcomes_need_the_same_nodes_share_one_trie():
         pending_free=np.zeros(5, bool),
     )
     state_outcomes = np.array([[0, 3], [2, 3], [1, 3], [0, 3]], np.int32)
-    completions = [[], [], [], [[2]]]
+    completions = (np.array([0, 0, 0, 1]), [[], [[2]]])
     tries = outcome_tries(state_outcomes=state_outcomes, completions=completions, **tables)
     assert tries.trie_of_state[0] == tries.trie_of_state[2] and len(set(tries.trie_of_state.tolist())) == 3
     assert tries.outcome_lexer.tolist() == [[1, 4], [2, 4], [3, 4], [1, 4]]
     for q in range(4):
-        alone = outcome_tries(state_outcomes=state_outcomes[q : q + 1], completions=completions[q : q + 1], **tables)
+        alone = outcome_tries(state_outcomes=state_outcomes[q : q + 1], completions=(completions[0][q : q + 1], completions[1]), **tables)
         for name in ("node_parent", "node_column", "outcome_node", "outcome_lookahead", "complete_node"):
             ours, theirs = getattr(tries, name)[tries.trie_of_state[q]], getattr(alone, name)[0]
             width = min(ours.shape[-1], theirs.shape[-1])

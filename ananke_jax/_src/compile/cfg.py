@@ -577,14 +577,31 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     is_start = np.arange(lexer.num_states) == lexer.start
     pending_free = is_start | (lexer.alive & ignored).any(axis=1)
     # At EOS the output is complete when the terminal being read may end here and the parser
-    # then takes the end of input (or nothing is being read).
-    completions = [[[end]] if q == lexer.start else [] for q in range(lexer.num_states)]
-    for q, i in zip(*np.nonzero(lexer.ends)):
-        completions[q] += [[int(col), end] for col in np.flatnonzero(t.column_terminal == i)] if not ignored[i] else [[end]]
+    # then takes the end of input (or nothing is being read): found once per distinct row of
+    # ends, and numbered in the order the lexer states first have them.
+    kind, kind_state = distinct_rows(lexer.ends, is_start)
+    first_state = np.full(len(kind_state), lexer.num_states)
+    np.minimum.at(first_state, kind, np.arange(lexer.num_states))
+    completion_ids: dict[tuple, int] = {}
+    id_of_kind = np.zeros(len(kind_state), np.int64)
+    for k in np.argsort(first_state).tolist():
+        q = int(kind_state[k])
+        done = [(end,)] if is_start[q] else []
+        for i in np.flatnonzero(lexer.ends[q]).tolist():
+            done += [(int(col), end) for col in np.flatnonzero(t.column_terminal == i)] if not ignored[i] else [(end,)]
+        id_of_kind[k] = completion_ids.setdefault(tuple(done), len(completion_ids))
+    completions = [[list(c) for c in done] for done in completion_ids]
     # A chunk steps lanes x forks simulations at once: forking tables take fewer lanes.
     max_lanes = max(1, MAX_LANES // fork_width(lr.action_kind.shape[2], max_configs))
     tries = outcome_tries(
-        t.state_outcomes, t.outcome_terminals, t.outcome_length, t.outcome_lexer, pending, pending_free, completions, max_lanes=max_lanes
+        t.state_outcomes,
+        t.outcome_terminals,
+        t.outcome_length,
+        t.outcome_lexer,
+        pending,
+        pending_free,
+        (id_of_kind[kind], completions),
+        max_lanes=max_lanes,
     )
     words = -(-vocab.logits_width // 32)
     eos_bits = np.zeros(vocab.logits_width, bool)

@@ -113,7 +113,7 @@ def outcome_tries(
     lexer_after: np.ndarray,
     pending: np.ndarray,
     pending_free: np.ndarray,
-    completions: list[list[list[int]]],
+    completions: tuple[np.ndarray, list[list[list[int]]]],
     max_lanes: int = MAX_LANES,
 ) -> OutcomeTries:
     """Build the tries, one per distinct trie.
@@ -130,7 +130,8 @@ def outcome_tries(
         and its final lexer state.
       pending: bool[Q, T], the LR columns a lexer state may still complete.
       pending_free: bool[Q], lexer states that need no lookahead.
-      completions: per lexer state, the LR inputs that would complete the output at EOS.
+      completions: int64[Q], the completions of each lexer state, and each completions' LR
+        inputs that would complete the output at EOS.
       max_lanes: the most nodes in one chunk.
     """
     paths = Paths(pending.shape[1])
@@ -138,12 +139,11 @@ def outcome_tries(
     # An outcome's part of a trie: its path and the lookahead its final state needs.
     need = row_groups(np.packbits(np.column_stack([pending_free, pending & ~pending_free[:, None]]), axis=1))
     outcome_key = unique_first_inverse(outcome_path * (int(need.max(initial=0)) + 1) + need[lexer_after])[2]
-    completion_ids: dict[tuple, int] = {}
-    completion = [completion_ids.setdefault(tuple(map(tuple, c)), len(completion_ids)) for c in completions]
+    completion, inputs = completions
     keys = np.where(state_outcomes >= 0, outcome_key[np.maximum(state_outcomes, 0)] + 1, 0)
-    trie_of_state, member = distinct_rows(keys, np.asarray(completion, np.int64)[:, None])
+    trie_of_state, member = distinct_rows(keys, completion[:, None])
     tries = _tries(
-        paths, outcome_path, state_outcomes[member], lexer_after, pending, pending_free, [completions[i] for i in member], max_lanes
+        paths, outcome_path, state_outcomes[member], lexer_after, pending, pending_free, [inputs[c] for c in completion[member]], max_lanes
     )
     after = np.where(state_outcomes >= 0, lexer_after[np.maximum(state_outcomes, 0)], -1).astype(np.int32)
     return OutcomeTries(trie_of_state=trie_of_state.astype(np.int64), outcome_lexer=after, **tries)
