@@ -244,16 +244,22 @@ def test_grammars_too_large_for_the_lalr_analysis_are_refused_before_it_and_deep
         sys.setrecursionlimit(limit)
 
 
-def test_goto_columns_over_the_table_budget_are_refused_before_they_are_made():
+def test_lr_tables_over_the_table_budget_are_refused_before_they_are_made():
     """The goto table is dense (LR states x nonterminals: 812 MB on a JSON Schema of 20,000
-    rules): it is charged to ``max_table_bytes`` before it is allocated."""
+    rules): it is charged to ``max_table_bytes`` before it is allocated, and the action tables
+    with it before theirs are."""
     grammar = _nested_optionals(500)
     tables = lr_tables(grammar)
-    size = tables.goto.nbytes
-    with metered(CompileBudget(max_table_bytes=size)):
+    goto, total = tables.goto.nbytes, sum(x.nbytes for x in (tables.goto, tables.action_kind, tables.action_arg))
+    with metered(CompileBudget(max_table_bytes=total)):
         lr_tables(grammar)
     with (
-        metered(CompileBudget(max_table_bytes=size - 1)),
+        metered(CompileBudget(max_table_bytes=total - 1)),
+        pytest.raises(BudgetError, match=r"the LR tables of [\d,]+ bytes .*max_table_bytes"),
+    ):
+        lr_tables(grammar)
+    with (
+        metered(CompileBudget(max_table_bytes=goto - 1)),
         pytest.raises(BudgetError, match=r"goto columns of [\d,]+ bytes .*max_table_bytes"),
     ):
         lr_tables(grammar)

@@ -620,7 +620,8 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     per_state = {"state_outcomes": t.state_outcomes, "outcome_lexer": tries.outcome_lexer, "lexer_row": lexer_row}
     tables = {**mask_tables, "mask_rows": mask_rows, **trie_tables, **per_state}
     charge_bytes(
-        sum(x.nbytes for x in (*tables.values(), t.token_class, t.set_members, lr.goto, lr.action_kind, lr.action_arg)), "the tables"
+        sum(x.nbytes for x in (*tables.values(), t.token_class, t.set_members, lr.goto, lr.action_kind, lr.action_arg)),
+        "the mask and LR tables",
     )
     check_time()  # before the tables go to the device
     host = dict(

@@ -95,7 +95,6 @@ def lr_tables(grammar: Grammar, *, max_actions: int = 1) -> LRTables:
     analyzer = _lalr_analyzer(lark_rules, grammar.start)
     analyzer.compute_lr0_states()
     analyzer.compute_reads_relations()
-    check_time()
     includes_lookback(analyzer)
     # The lookaheads' digraph walk recurses along chains of nonterminal transitions, as deep as the
     # order of lark's item sets makes them: they hash by identity, so the order follows memory
@@ -148,6 +147,7 @@ def lr_tables(grammar: Grammar, *, max_actions: int = 1) -> LRTables:
             else f"a cell of the LR tables has {width} actions, more than the budget of max_configs={max_actions} parse configurations can fork into"
         )
         raise ConflictError(limit + ":\n" + "\n".join(_describe(c, grammar) for c in conflicts[:10]))
+    charge_bytes(goto.nbytes + 5 * len(itemsets) * len(columns) * width, "the LR tables")  # goto, and actions of 5 bytes a cell
     kind = np.zeros((len(itemsets), len(columns), width), np.int8)
     arg = np.zeros((len(itemsets), len(columns), width), np.int32)
     for (i, col), actions in cells.items():
@@ -193,7 +193,7 @@ def includes_lookback(analyzer: LALR_Analyzer) -> None:
     of the state, and again for each rule it follows: 54 s on a JSON Schema of 20,000 rules whose
     states predict thousands of items each. Here a state's items are grouped by the rule's left
     side once, and a rule's nullable tail is found once."""
-    items_of: dict = {}
+    items_of: dict[object, dict] = {}  # state -> its items by rule origin
 
     def items(state, origin) -> list:
         if state not in items_of:
@@ -203,7 +203,7 @@ def includes_lookback(analyzer: LALR_Analyzer) -> None:
             items_of[state] = groups
         return items_of[state].get(origin, ())
 
-    tail_of: dict = {}  # rule -> the first position from which its expansion is nullable
+    tail_of: dict[Rule, int] = {}  # rule -> the first position from which its expansion is nullable
 
     def tail(rule) -> int:
         if rule not in tail_of:
