@@ -363,9 +363,9 @@ def _merged_parts(parts: list[tuple[np.ndarray, np.ndarray]], top_shift: int) ->
         lo, hi = np.searchsorted(at, part_column), np.searchsorted(at, part_column, side="right")
         picked = ends[concatenated_ranges(lo, hi - lo)] & ((1 << top_shift) - 1)
         rows.append((np.repeat(np.arange(len(part_column)), hi - lo) << top_shift) | picked)
-    rows = np.concatenate(rows)
-    check_time(ahead=_SORT_SECONDS_PER_ROW * len(rows))
-    return column[inverse.reshape(-1)], sorted_unique(rows)
+    merged = np.concatenate(rows)
+    check_time(ahead=_SORT_SECONDS_PER_ROW * len(merged))
+    return column[inverse.reshape(-1)], sorted_unique(merged)
 
 
 class _FrontierOverflow(Exception):

@@ -154,14 +154,16 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups,
     if known is not None:
         check_time()
         known_class = parts[-1][0][member]
-        # Each loop entry into every column of its class (most cells are dead: not made dense).
+        # Each loop entry into every column of its class (most cells are dead: not made dense;
+        # the loop rows are no walk's origins, so theirs are still all DEAD here).
         has = np.flatnonzero(known_class >= 0)
         by_class = has[stable_order(known_class[has])]
+        class_by_class = known_class[by_class]
         for first in range(0, len(known.row), _FILL_ENTRIES):
             check_time()
             entries = slice(first, first + _FILL_ENTRIES)
-            klass, value = known.klass[entries], known.value[entries]
-            lo, hi = np.searchsorted(known_class[by_class], klass), np.searchsorted(known_class[by_class], klass, side="right")
+            loop_class, value = known.klass[entries], known.value[entries]
+            lo, hi = np.searchsorted(class_by_class, loop_class), np.searchsorted(class_by_class, loop_class, side="right")
             columns[np.repeat(known.rows[known.row[entries]], hi - lo), by_class[concatenated_ranges(lo, hi - lo)]] = np.repeat(
                 value, hi - lo
             )
