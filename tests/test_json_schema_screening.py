@@ -1,7 +1,7 @@
 """Strict refusals come before any automaton (`Screening.screen`): on random schemas with
 unsupported keywords and unknown formats here and there, every refusal of the screen is one that
-compiling without it makes too, and inside the fragment the screen walks (no ``not``, ``oneOf``
-or ``patternProperties``) it misses none."""
+compiling without it makes too, and inside the fragment the screen walks (no ``not``, ``oneOf``,
+``patternProperties`` or ``if``, whose ``else`` negates the condition) it misses none."""
 
 import json
 import pathlib
@@ -88,11 +88,12 @@ def _schemas(walked: bool):
             st.builds(lambda i, p: {"type": "array", "items": i, "prefixItems": p}, children, st.lists(children, max_size=2)),
             st.builds(lambda xs: {"anyOf": xs}, st.lists(children, min_size=1, max_size=3)),
             st.builds(lambda xs: {"allOf": xs}, st.lists(children, min_size=1, max_size=3)),
-            st.builds(lambda c, t, e: {"if": c, "then": t, "else": e}, children, children, children),
             st.builds(lambda x: {"type": ["object", "string"], **x} if isinstance(x, dict) else x, children),
         ]
         if not walked:
             kinds += [
+                # ``else`` holds the condition negated: the screen does not walk it, the compiler may.
+                st.builds(lambda c, t, e: {"if": c, "then": t, "else": e}, children, children, children),
                 st.builds(lambda xs: {"oneOf": xs}, st.lists(children, min_size=1, max_size=3)),
                 st.builds(lambda x: {"not": x}, children),
                 st.builds(lambda x: {"type": "object", "patternProperties": {"^a": x}}, children),
