@@ -125,17 +125,17 @@ def test_an_alternative_longer_than_the_engine_takes_is_refused_naming_its_rule(
 
 
 _SYMBOLS = [NonTerminal(f"n{i}") for i in range(5)] + [Terminal(f"T{i}") for i in range(3)]
+# Random grammars: (origin, expansion) pairs over five nonterminals and three terminals.
+_RULES = st.lists(
+    st.tuples(st.sampled_from(_SYMBOLS[:5]), st.lists(st.sampled_from(_SYMBOLS), max_size=4).map(tuple)),
+    min_size=1,
+    max_size=12,
+    unique=True,
+)
 
 
 @settings(max_examples=400, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.sampled_from(_SYMBOLS[:5]), st.lists(st.sampled_from(_SYMBOLS), max_size=4).map(tuple)),
-        min_size=1,
-        max_size=12,
-        unique=True,
-    )
-)
+@given(_RULES)
 def test_grammar_sets_are_lark_s_first_follow_and_nullable(rules):
     """`grammar_sets` against lark's own fixpoint (``calculate_sets``), on random grammars:
     nullable chains, left and right recursion, symbols repeated in a rule."""
@@ -169,14 +169,7 @@ def _named(pair):
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.sampled_from(_SYMBOLS[:5]), st.lists(st.sampled_from(_SYMBOLS), max_size=4).map(tuple)),
-        min_size=1,
-        max_size=12,
-        unique=True,
-    )
-)
+@given(_RULES)
 def test_includes_and_lookback_are_lark_s(rules):
     """`includes_lookback` (lark's ``compute_includes_lookback`` took 54 s on a large schema)
     against lark's own, on random grammars: the same relations between the same item sets."""
