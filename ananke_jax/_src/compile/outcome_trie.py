@@ -130,7 +130,7 @@ def outcome_tries(
         and its final lexer state.
       pending: bool[Q, T], the LR columns a lexer state may still complete.
       pending_free: bool[Q], lexer states that need no lookahead.
-      completions: int64[Q], the completions of each lexer state, and each completions' LR
+      completions: int64[Q], the id of each lexer state's completions, and per id the LR
         inputs that would complete the output at EOS.
       max_lanes: the most nodes in one chunk.
     """
