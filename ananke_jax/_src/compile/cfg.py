@@ -446,14 +446,7 @@ def _outcome_sets(q: np.ndarray, string: np.ndarray, outcome: np.ndarray) -> tup
         rows = outcome[concatenated_ranges(starts[several], group_size[several])]
         offsets = np.cumsum(group_size[several]) - group_size[several]
         weights = np.random.default_rng(0).integers(1, 2**63, size=(2, len(present)), dtype=np.uint64)
-        keys = [np.add.reduceat(w[rows], offsets) for w in weights]
-        distinct = sorted_unique(keys[0])
-        set_of_several = np.searchsorted(distinct, keys[0])
-        first_of_set = np.empty(len(distinct), np.int64)
-        first_of_set[set_of_several] = np.arange(len(several))
-        if not (keys[1][first_of_set][set_of_several] == keys[1]).all():  # the first sums collided
-            _, first_of_set, set_of_several = np.unique(np.stack(keys, axis=1), axis=0, return_index=True, return_inverse=True)
-            set_of_several = set_of_several.reshape(-1)
+        set_of_several, first_of_set = classes_of_hashes(np.stack([np.add.reduceat(w[rows], offsets) for w in weights]))
         set_of_group[several] = len(first) + set_of_several
         first = np.concatenate([first, several[first_of_set]])
     sizes = group_size[first]
