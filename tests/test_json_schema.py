@@ -937,3 +937,35 @@ def test_placeholder_bytes_are_distinct_and_never_utf8():
         for lead in (b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98"):  # nor a continuation byte
             with pytest.raises(UnicodeDecodeError):
                 (lead + bytes([byte])).decode()
+
+
+@pytest.mark.slow
+def test_a_recursive_schema_s_grammar_is_the_same_in_every_process():
+    """The rules kept as nonterminals come in the rules' own order, not a set's (ordered by
+    string hashes): the grammar, and so its LR tables, do not depend on the process's hash seed."""
+    import os
+    import subprocess
+    import sys
+
+    schema = {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}, "leaf": {"$ref": "#/$defs/leaf"}},
+            },
+            "leaf": {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/node"}]},
+        },
+        "$ref": "#/$defs/node",
+    }
+    script = "import json, sys, ananke_jax as aj; print(aj.json_schema_to_gbnf({}) + aj.json_schema_to_gbnf(json.loads(sys.argv[1])))"
+    texts = {
+        subprocess.run(
+            [sys.executable, "-c", script, json.dumps(schema)],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("0", "1", "2", "3")
+    }
+    assert len(texts) == 1

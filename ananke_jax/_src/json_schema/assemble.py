@@ -56,7 +56,8 @@ def inline(rules: Rules, keep: set[str]) -> dict[str, rx.Node]:
 
     # Rules are substituted after those they refer to, without recursion (``$ref`` chains may be
     # long); the inlined rules do not recurse, so this order exists.
-    roots = keep | {rules.start}
+    # In the rules' own order, not a set's (string hashes vary by process: so would the grammar).
+    roots = [name for name in rules.bodies if name in keep or name == rules.start]
     order, visited, stack = [], set(), [(name, False) for name in roots]
     while stack:
         name, expanded = stack.pop()
