@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ananke_jax._src.engines.small_ops import count_before, min_last, true_indices
+
 MAX_RULE_LENGTH = 1023  # the symbols of one alternative: an LR action packs them in 10 bits
 ERROR, SHIFT, REDUCE, ACCEPT = 0, 1, 2, 3  # the kinds of LR action in `PushdownGrammar.action_kind`
 
@@ -164,9 +166,11 @@ def _fork_act(lr: LRActions, column, length, p: _Parse) -> _Parse:
     same = (keys[:, None, :] == keys[None, :, :]).all(axis=2)
     first = taken & ~(same & earlier & taken[None, :]).any(axis=1)
     # Fork j is the j-th first-seen candidate (gathered: a scatter is slow on CPUs).
-    chosen = first[None, :] & ((jnp.cumsum(first) - 1)[None, :] == jnp.arange(forks)[:, None])  # [F, A * F]
+    chosen = first[None, :] & (count_before(first)[None, :] == jnp.arange(forks)[:, None])  # [F, A * F]
     pick, kept = jnp.argmax(chosen, axis=1), chosen.any(axis=1)
-    move = jax.tree_util.tree_map(lambda x: flat(x)[pick], m)
+    # The chosen candidates' fields, gathered at once (a gather per field costs a kernel each).
+    picked = flat(jnp.stack([x.astype(jnp.int32) for x in m], axis=-1))[pick]  # [F, fields]
+    move = _Move(*(picked[:, i].astype(x.dtype) for i, x in enumerate(m)))
     source = p.stack[pick % forks]
     stack = jnp.where(move.write[:, None] & (jnp.arange(p.stack.shape[-1])[None, :] == move.at[:, None]), move.pushed[:, None], source)
     dropped = (first.sum() > forks) | flat(m.overflow).any()
@@ -292,7 +296,7 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer, skip=False) -> _Parse:
         refused nodes."""
         parent = jnp.maximum(parent_of, 0)
         reached = (parent_of < 0) | _accepted(lr, nodes)[parent] | _overflowed(lr, nodes)[parent]
-        return jnp.where(reached & (chunk_of > c), chunk_of, chunks).min()
+        return min_last(jnp.where(reached & (chunk_of > c), chunk_of, chunks))
 
     def load(c, nodes: _Parse) -> tuple[_Parse, jax.Array]:
         """The lanes of chunk ``c``, each starting from its parent's forks that took its
@@ -379,7 +383,7 @@ def with_verdicts(cg, state, known):
         v, c, b = jax.vmap(lambda *config: verdicts(cg, lr, *config))(state.stacks, state.depth, state.lexer, ~need)
         valid, complete, blocked = jnp.where(need[:, None], v, state.outcome_ok), jnp.where(need, c, state.complete), (need & b).any()
     else:
-        order = jnp.argsort(~need, stable=True)  # the configurations to compute first
+        order = true_indices(need)  # the configurations to compute first
 
         def body(carry):
             r, valid, complete, blocked = carry

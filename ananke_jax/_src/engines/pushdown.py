@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from ananke_jax._src.engines.lr import LRActions, feed, fork_width, on_accelerator, pack_actions, verdicts, with_verdicts
 from ananke_jax._src.engines.masks import is_allowed
 from ananke_jax._src.engines.protocol import Constraint
+from ananke_jax._src.engines.small_ops import all_last, count_before, true_indices
 
 
 class PushdownState(NamedTuple):
@@ -272,7 +273,7 @@ def _same(a: _Configs, b: _Configs) -> jax.Array:
     """bool[A, B]: which configurations of ``a`` equal which of ``b`` (stack entries at and above
     the depth are junk)."""
     below = jnp.arange(a.stacks.shape[1])[None, :] < a.depth[:, None]
-    equal_stacks = ((a.stacks[:, None, :] == b.stacks[None, :, :]) | ~below[:, None, :]).all(axis=2)
+    equal_stacks = all_last((a.stacks[:, None, :] == b.stacks[None, :, :]) | ~below[:, None, :])
     return (a.lexer[:, None] == b.lexer[None, :]) & (a.depth[:, None] == b.depth[None, :]) & equal_stacks
 
 
@@ -304,7 +305,7 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
     local, valid = _token_outcomes(cg, state, token)
     z = local.shape[1]
     valid = (valid & state.live[:, None] & in_range & ~is_eos & ~state.finished).reshape(-1)
-    pairs = jnp.argsort(~valid, stable=True)  # the valid pairs first, in (configuration, outcome) order
+    pairs = true_indices(valid)  # the valid pairs first, in (configuration, outcome) order
     count = valid.sum()
 
     follow = lambda pair, real: _follow(cg, lr, state, pair // z, jnp.maximum(local.reshape(-1)[pair], 0), real)
@@ -317,9 +318,12 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
         made, real = jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), (made, real))  # [K * F]
         earlier = jnp.tril(jnp.ones((real.shape[0],) * 2, jnp.bool_), k=-1)
         fresh = real & ~(_same(made, kept) & live[None, :]).any(axis=1) & ~(_same(made, made) & earlier & real[None, :]).any(axis=1)
-        position = jnp.where(fresh, live.sum() + jnp.cumsum(fresh) - 1, k)
-        kept = jax.tree_util.tree_map(lambda a, b: a.at[position].set(b, mode="drop"), kept, made)
-        return r + 1, kept, live.at[position].set(True, mode="drop"), overflow | (fresh & (position >= k)).any()
+        position = jnp.where(fresh, live.sum() + count_before(fresh), k)
+        # Slot s takes the configuration made for it (gathered: a scatter is a kernel of its own).
+        fills = position[None, :] == jnp.arange(k)[:, None]  # [K, K * F]
+        source, filled = jnp.where(fills, jnp.arange(real.shape[0])[None, :], 0).sum(axis=1), fills.any(axis=1)
+        kept = jax.tree_util.tree_map(lambda a, b: jnp.where(filled.reshape((k,) + (1,) * (a.ndim - 1)), b[source], a), kept, made)
+        return r + 1, kept, live | filled, overflow | (fresh & (position >= k)).any()
 
     first = round_((jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow))  # no pair for EOS or a forbidden token
     kept, live, overflow = jax.lax.while_loop(lambda c: c[0] * k < count, round_, first)[1:]
