@@ -325,10 +325,17 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
         kept = jax.tree_util.tree_map(lambda a, b: jnp.where(filled.reshape((k,) + (1,) * (a.ndim - 1)), b[source], a), kept, made)
         return r + 1, kept, live | filled, overflow | (fresh & (position >= k)).any()
 
-    first = round_((jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow))  # no pair for EOS or a forbidden token
-    kept, live, overflow = jax.lax.while_loop(lambda c: c[0] * k < count, round_, first)[1:]
-    # A configuration the state already had keeps its verdicts: they depend on it alone.
-    match = _same(kept, _Configs(state.stacks, state.depth, state.lexer)) & live[:, None] & state.live[None, :]
+    rounds = round_((jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow))  # no pair for EOS or a forbidden token
+    if z > 1:  # static: with one outcome a token, the K configurations make at most K pairs
+        rounds = jax.lax.while_loop(lambda c: c[0] * k < count, round_, rounds)
+    kept, live, overflow = rounds[1:]
+    # EOS: the configurations stay, marked finished when the output is complete, else they die.
+    complete, configs = pushdown_accepts(state), _Configs(state.stacks, state.depth, state.lexer)
+    kept = jax.tree_util.tree_map(lambda before, after: jnp.where(is_eos, before, after), configs, kept)
+    live = jnp.where(is_eos, state.live & complete, live)
+    # A configuration the state already had keeps its verdicts: they depend on it alone. Only the
+    # new configurations of a step need verdicts (after EOS: none).
+    match = _same(kept, configs) & live[:, None] & state.live[None, :]
     known, source = match.any(axis=1), jnp.argmax(match, axis=1)
     stepped = state._replace(
         stacks=kept.stacks,
@@ -337,14 +344,11 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
         live=live,
         outcome_ok=known[:, None] & state.outcome_ok[source],
         complete=known & state.complete[source],
+        finished=jnp.where(is_eos, complete, state.finished),
         overflow=overflow,
     )
-    # EOS: the configurations stay, marked finished when the output is complete, else they die.
-    complete = pushdown_accepts(state)
-    ended = state._replace(finished=complete, live=state.live & complete)
-    # Only the new configurations of a step that is not EOS need verdicts (after EOS: none).
     stepped = with_verdicts(cg, stepped, known)
     if lr.forks > 1:  # a fork can take a token's terminals, then nothing: it goes if others go on
         going = stepped.live & (stepped.outcome_ok.any(axis=1) | stepped.complete)
-        stepped = stepped._replace(live=jnp.where(going.any(), going, stepped.live))
-    return jax.tree_util.tree_map(lambda e, s: jnp.where(is_eos, e, s), ended, stepped)
+        stepped = stepped._replace(live=jnp.where(going.any() & ~is_eos, going, stepped.live))
+    return stepped
