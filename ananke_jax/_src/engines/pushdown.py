@@ -4,10 +4,10 @@ tables, its state and its step, in pure jax.
 Each parse configuration holds an LR stack and a lexer state. From a lexer state, every token
 has a precomputed set of outcomes (terminals completed, lexer state after). Which outcomes the
 stack allows is worked out once per configuration, when the configuration is made (in
-`_advance`, and for the initial state in `PushdownGrammar.init_state`), by the LR simulations
-of `ananke_jax._src.engines.lr`: the terminals of all outcomes of the lexer state, shared
-through a prefix tree, are fed to simulations on copies of the stack (one per trie node, the
-node's parse continuing its parent's). The state keeps the verdicts, so `_token_mask` only
+`pushdown_advance`, and for the initial state in `PushdownGrammar.init_state`), by the LR
+simulations of `ananke_jax._src.engines.lr`: the terminals of all outcomes of the lexer state,
+shared through a prefix tree, are fed to simulations on copies of the stack (one per trie node,
+the node's parse continuing its parent's). The state keeps the verdicts, so `pushdown_mask` only
 gathers: a token is allowed when one of its outcomes is valid in some configuration. All loops
 have static bounds or bounded trip counts; nothing branches on traced values in Python.
 """
@@ -294,9 +294,11 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
 
     The valid (configuration, outcome) pairs are gathered first and followed K at a time, so a
     step costs what its valid pairs cost, not K times the largest outcome set. The first round
-    runs outside the loop: it holds every pair of the usual step, and on an accelerator a loop
-    trip (or a `lax.cond`) costs a read back of its predicate, more than a round's work. Where
-    the LR tables conflict, a pair makes a configuration per fork of its simulation.
+    runs outside the loop: it holds every pair of the usual step (with one outcome a token, every
+    pair: there is no loop), and on an accelerator a loop trip (or a `lax.cond`) costs a read back
+    of its predicate, more than a round's work. Where the LR tables conflict, a pair makes a
+    configuration per fork of its simulation. EOS keeps the configurations, live if the output is
+    complete, and marks the state finished.
     """
     token = jnp.asarray(token, jnp.int32)
     is_eos = is_allowed(cg.eos_mask, token)
@@ -321,8 +323,8 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
         position = jnp.where(fresh, live.sum() + count_before(fresh), k)
         # Slot s takes the configuration made for it (gathered: a scatter is a kernel of its own).
         fills = position[None, :] == jnp.arange(k)[:, None]  # [K, K * F]
-        source, filled = jnp.where(fills, jnp.arange(real.shape[0])[None, :], 0).sum(axis=1), fills.any(axis=1)
-        kept = jax.tree_util.tree_map(lambda a, b: jnp.where(filled.reshape((k,) + (1,) * (a.ndim - 1)), b[source], a), kept, made)
+        made_row, filled = jnp.where(fills, jnp.arange(real.shape[0])[None, :], 0).sum(axis=1), fills.any(axis=1)
+        kept = jax.tree_util.tree_map(lambda a, b: jnp.where(filled.reshape((k,) + (1,) * (a.ndim - 1)), b[made_row], a), kept, made)
         return r + 1, kept, live | filled, overflow | (fresh & (position >= k)).any()
 
     rounds = round_((jnp.int32(0), empty, jnp.zeros(k, jnp.bool_), state.overflow))  # no pair for EOS or a forbidden token

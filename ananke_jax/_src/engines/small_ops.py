@@ -17,16 +17,16 @@ import jax
 import jax.numpy as jnp
 
 FUSED_REDUCTION = 32  # the most elements a CPU reduction takes without a reduce-window
-_MATRIX_LIMIT = FUSED_REDUCTION  # the longest arrays compacted through [N, N] index matrices
 _MAX_SLICES = 4  # the most slices a reduction is split into
 
 
 def count_before(flags: jax.Array) -> jax.Array:
     """int32[..., N]: how many of ``flags`` (bool[..., N]) before each position are True."""
     n = flags.shape[-1]
-    if n > _MATRIX_LIMIT:
+    if n > FUSED_REDUCTION:
         return jnp.cumsum(flags, axis=-1, dtype=jnp.int32) - flags
-    earlier = (jnp.arange(n)[None, :] < jnp.arange(n)[:, None]).reshape((1,) * (flags.ndim - 1) + (n, n))  # [i, j]: j before i
+    earlier = jnp.arange(n)[None, :] < jnp.arange(n)[:, None]  # [i, j]: j comes before i
+    earlier = earlier.reshape((1,) * (flags.ndim - 1) + (n, n))
     return (earlier & flags[..., None, :]).sum(axis=-1, dtype=jnp.int32)
 
 
@@ -35,14 +35,14 @@ def true_indices(flags: jax.Array) -> jax.Array:
     first ``flags.sum()`` entries of a stable ``argsort(~flags)``)."""
     n = flags.shape[0]
     rank, position = count_before(flags), jnp.arange(n, dtype=jnp.int32)
-    if n > _MATRIX_LIMIT:
+    if n > FUSED_REDUCTION:
         return jnp.zeros(n, jnp.int32).at[jnp.where(flags, rank, n)].set(position, mode="drop")
     at = flags[None, :] & (rank[None, :] == position[:, None])  # [r, i]: entry i is the r-th True
     return jnp.where(at, position[None, :], 0).sum(axis=1, dtype=jnp.int32)
 
 
 def _sliced(reduce, combine, x: jax.Array) -> jax.Array:
-    """``reduce`` (an `jnp` reduction) of ``x`` over its last axis, in slices that a CPU reduction
+    """``reduce`` (a `jnp` reduction) of ``x`` over its last axis, in slices that a CPU reduction
     takes without a reduce-window, combined elementwise by ``combine``."""
     n = x.shape[-1]
     if n <= FUSED_REDUCTION or n > FUSED_REDUCTION * _MAX_SLICES:
