@@ -9,10 +9,10 @@ used: inside one jitted `lax.scan` over the tokens ("scan"), inside one over the
 2048 tokens from the initial state each time ("loop": the cost of a token in a jitted decode loop,
 where the scan's launch is paid once per generation, not once per short walk), and per call from
 the host through `aj.Matcher` (fill the bitmask, accept the token: "call"), as a server with its
-own loop would; the peers are timed per call (their only mode). Our scans and loops and
-llguidance's walks are taken in turn, and their medians compared; XGrammar, much slower per call,
-walks once, and on the JSON walk also with its builtin JSON grammar (its fastest JSON path). The
-ratios are ours / the fastest peer on that walk. Compile time is one cold compile per grammar;
+own loop would; the peers are timed per call (their only mode). Our scans and loops,
+llguidance's walks and, on the JSON walk, XGrammar's with its builtin JSON grammar (its fastest
+JSON path) are taken in turn, and their medians compared; XGrammar on the grammar files, much
+slower per call, walks once. The ratios are ours / the fastest peer on that walk. Compile time is one cold compile per grammar;
 before any is timed, ours compiles an unrelated warm-up grammar per vocabulary, so that
 per-vocabulary preprocessing (ours: the vocabulary's prefix tree; the peers': XGrammar's
 TokenizerInfo, llguidance's tokenizer) is left out of every engine's time.
@@ -61,15 +61,15 @@ def compile_file(filename: str, text: str, vocab):
     return aj.compile_gbnf(text, vocab) if filename.endswith(".gbnf") else aj.compile_lark(text, vocab, lexer="lark")
 
 
-def xgrammar_run(text: str | None, vocab, tokens: list[int]) -> tuple[float, float]:
-    """XGrammar's compile seconds and mean seconds per call along the walk (one walk: it is
-    slow); ``text`` None: its builtin JSON grammar."""
+def xgrammar_compile(text: str | None, vocab):
+    """XGrammar's compiled grammar and its compile seconds; ``text`` None: its builtin JSON
+    grammar."""
     import xgrammar as xgr
 
     compiler = xgr.GrammarCompiler(xgrammar_info(vocab), cache_enabled=False)
     start = time.perf_counter()
     compiled = compiler.compile_builtin_json_grammar() if text is None else compiler.compile_grammar(text)
-    return time.perf_counter() - start, statistics.mean(xgrammar_walk(compiled, vocab, tokens))
+    return compiled, time.perf_counter() - start
 
 
 def llguidance_matchers(text: str, vocab, encode):
@@ -104,20 +104,27 @@ def measure(filename: str, vocab, encode, tokens: list[int], repeats: int) -> di
         m["llguidance compile"], matcher, width = llguidance_matchers(text, vocab, encode)
     except ImportError:
         matcher = None
-    scans, loops, peer = [], [], []
+    builtin = None
+    if filename == "json.gbnf":
+        with contextlib.suppress(ImportError):
+            builtin, m["xgrammar builtin compile"] = xgrammar_compile(None, vocab)
+    scans, loops, peer, builtin_walks = [], [], [], []
     for _ in range(repeats):  # taken in turn: this machine's timings drift
         scans.append(scan())
         loops.append(loop())
         if matcher is not None:
             peer.append(statistics.mean(llguidance_walk(matcher(), width, tokens)))
+        if builtin is not None:
+            builtin_walks.append(statistics.mean(xgrammar_walk(builtin, vocab, tokens)))
     m["scan"], m["loop"] = statistics.median(scans), statistics.median(loops)
     m["llguidance"] = statistics.median(peer) if peer else None
+    if builtin_walks:
+        m["xgrammar builtin"] = statistics.median(builtin_walks)
     m["call"] = statistics.mean(matcher_per_call(cg, vocab, tokens))
-    with contextlib.suppress(ImportError):
-        if filename.endswith(".gbnf"):
-            m["xgrammar compile"], m["xgrammar"] = xgrammar_run(text, vocab, tokens)
-        if filename == "json.gbnf":
-            m["xgrammar builtin compile"], m["xgrammar builtin"] = xgrammar_run(None, vocab, tokens)
+    if filename.endswith(".gbnf"):
+        with contextlib.suppress(ImportError):
+            compiled, m["xgrammar compile"] = xgrammar_compile(text, vocab)
+            m["xgrammar"] = statistics.mean(xgrammar_walk(compiled, vocab, tokens))
     return m
 
 
@@ -160,7 +167,7 @@ def main():
     args = parse(p, vocabs=["sentencepiece-32k"], repeats=5)
     us = {f"{e} us": ".1f" for e in ("ours scan", "ours loop", "ours call", *PEERS)}
     per_token = Table(
-        f"mask + advance per token along the example (us/token; scans and llguidance: median of {args.repeats})",
+        f"mask + advance per token along the example (us/token; scans, llguidance and XGrammar builtin: median of {args.repeats})",
         {"grammar": "s", "vocabulary": "s", "tokens": "d", **us, "loop/fastest peer": ".2f", "call/fastest peer": ".2f"},
     )
     rows, measured = [], {}
