@@ -12,10 +12,10 @@ the host through `aj.Matcher` (fill the bitmask, accept the token: "call"), as a
 own loop would; the peers are timed per call (their only mode). Our scans and loops,
 llguidance's walks and, on the JSON walk, XGrammar's with its builtin JSON grammar (its fastest
 JSON path) are taken in turn, and their medians compared; XGrammar on the grammar files, much
-slower per call, walks once. The ratios are ours / the fastest peer on that walk. Compile time is one cold compile per grammar;
-before any is timed, ours compiles an unrelated warm-up grammar per vocabulary, so that
-per-vocabulary preprocessing (ours: the vocabulary's prefix tree; the peers': XGrammar's
-TokenizerInfo, llguidance's tokenizer) is left out of every engine's time.
+slower per call, walks once. The ratios are ours / the fastest peer on that walk. Compile time
+is one cold compile per grammar; before any is timed, ours compiles an unrelated warm-up grammar
+per vocabulary, so that per-vocabulary preprocessing (ours: the vocabulary's prefix tree; the
+peers': XGrammar's TokenizerInfo, llguidance's tokenizer) is left out of every engine's time.
 
     pip install torch==2.13.0 && pip install xgrammar llguidance   # optional peers
     python bench/cfg.py [--quick] [--vocabs sentencepiece-32k tekken-131k] [--repeats 21]

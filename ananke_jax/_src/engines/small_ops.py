@@ -3,10 +3,11 @@
 A step of the pushdown engine works on arrays of a few to a few dozen elements, where what
 costs is the number of kernels a step runs, not their work. XLA runs some operations as a kernel
 of their own whatever their size: a sort, a cumulative sum (a reduce-window) and a scatter, which
-take from a third of a microsecond to two on a CPU even on four elements; and on a CPU it rewrites
-a reduction over more than `FUSED_REDUCTION` elements as a reduce-window and then a reduction. Below those sizes the
-functions here are comparisons of index matrices and reductions of slices, which fuse with their
-neighbours; above them they fall back to the plain operations, whose cost is then their work.
+take from a third of a microsecond to two on a CPU even on four elements; and on a CPU it
+rewrites a reduction over more than `FUSED_REDUCTION` elements as a reduce-window and then a
+reduction. Below those sizes the functions here are comparisons of index matrices and reductions
+of slices, which fuse with their neighbours; above them they fall back to the plain operations,
+whose cost is then their work.
 """
 
 from __future__ import annotations
