@@ -571,13 +571,11 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     pending_free = is_start | (lexer.alive & ignored).any(axis=1)
     # At EOS the output is complete when the terminal being read may end here and the parser
     # then takes the end of input (or nothing is being read): found once per distinct row of
-    # ends, and numbered in the order the lexer states first have them.
+    # ends (each kind's state is its first), and numbered in the order the lexer states have them.
     kind, kind_state = distinct_rows(lexer.ends, is_start)
-    first_state = np.full(len(kind_state), lexer.num_states)
-    np.minimum.at(first_state, kind, np.arange(lexer.num_states))
     completion_ids: dict[tuple, int] = {}
     id_of_kind = np.zeros(len(kind_state), np.int64)
-    for k in np.argsort(first_state).tolist():
+    for k in np.argsort(kind_state).tolist():
         q = int(kind_state[k])
         done = [(end,)] if is_start[q] else []
         for i in np.flatnonzero(lexer.ends[q]).tolist():
