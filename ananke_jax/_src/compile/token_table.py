@@ -45,7 +45,9 @@ class StringClasses:
       remaining: int64[G], the number of those strings in each group.
       walked: int64[E], the strings alive from some walked state, ascending.
       of_walked: int64[E], their classes.
-      columns: int32[S, C], the column of each class.
+      columns: int32[S, C + spare], the column of each of the C classes, then ``spare`` columns
+        of DEAD for the caller (`token_columns`).
+      num_classes: C.
     """
 
     groups: TokenGroups
@@ -54,6 +56,7 @@ class StringClasses:
     walked: np.ndarray
     of_walked: np.ndarray
     columns: np.ndarray
+    num_classes: int
 
     def of_string(self) -> np.ndarray:
         """int64[N], the class of each string in the order of the trie's ``token_ids`` (-1: dead
@@ -63,7 +66,9 @@ class StringClasses:
         return classes
 
 
-def token_columns(trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups, known: LoopColumns | None = None) -> StringClasses:
+def token_columns(
+    trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups, known: LoopColumns | None = None, *, spare: int = 0
+) -> StringClasses:
     """Class the strings of a trie by their column: the state after the string, from each state.
 
     The walk goes level by level over the live nodes only, and computes each distinct function
@@ -84,6 +89,8 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups,
         rows.
       known: the columns of some states found otherwise, which the walk skips
         (`unit_loops.loop_columns`); its groups are ``groups``.
+      spare: columns of DEAD made after the classes', for the caller to fill (a copy of the
+        table to add them would cost as much as filling it).
 
     Returns:
       The `StringClasses`.
@@ -141,8 +148,8 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups,
     member = member[dead:]
     check_time()
     # The columns are the largest of the token DFA's tables: their budget is charged before they are filled.
-    charge_bytes(4 * len(transitions) * len(member), "the token DFA's next-state columns")
-    columns = np.zeros((len(transitions), len(member)), np.int32)
+    charge_bytes(4 * len(transitions) * (len(member) + spare), "the token DFA's next-state columns")
+    columns = np.zeros((len(transitions), len(member) + spare), np.int32)
     for (of_item, _), (*_, representatives, functions) in zip(parts, walks):
         check_time()  # each fill below writes up to the whole table (hundreds of MB)
         function_class = of_item[member]
@@ -169,7 +176,7 @@ def token_columns(trie: TokenTrie, transitions: np.ndarray, groups: TokenGroups,
             )
     of_group = np.full(groups.num_groups, -1, np.int64)
     of_group[kept] = classes[: len(kept)]
-    return StringClasses(groups, of_group, remaining, walked, classes[len(kept) :], columns)
+    return StringClasses(groups, of_group, remaining, walked, classes[len(kept) :], columns, len(member))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,7 +247,8 @@ def _live_functions(
         origin, current, step_of_pair = origin[pair[live]], after[live].astype(np.int64), step_of_pair[live]
         pair_start = np.flatnonzero(run_starts(step_of_pair))
         live_step = step_of_pair[pair_start]
-        step_hash = np.add.reduceat(multipliers[:, origin] * current.astype(np.uint64), pair_start, axis=1)
+        weighted = current.astype(np.uint64)  # (a 1-D reduceat per hash: along axis 1 of [2, P], four times slower)
+        step_hash = np.stack([np.add.reduceat(np.take(m, origin) * weighted, pair_start) for m in multipliers])
         lengths = _run_lengths(pair_start, len(step_of_pair))
         function_of_step = np.full(len(step), -1, np.int64)
         if merge:  # steps with equal results are one function of the new level
@@ -396,7 +404,6 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary, loops: UnitLoops | None = None
     from a walked state, classes are found and masks built group by group.
     """
     finished = dfa.num_states
-    num_states = finished + 1
     accepting = np.append(dfa.accepting, True)
     eos_target = np.where(accepting, finished, DEAD).astype(np.int32)
     transitions = np.vstack([dfa.transitions, np.full((1, dfa.transitions.shape[1]), DEAD, np.int32)])
@@ -407,10 +414,11 @@ def token_tables(dfa: ByteDFA, vocab: Vocabulary, loops: UnitLoops | None = None
     else:
         known = loop_columns(loops, transitions, vocab)
         groups = known.groups
-    classes = token_columns(trie, transitions, groups, known)
     # Classes: those of the tokens alive from some state, then EOS, then the tokens never allowed.
-    eos_class, never_class = classes.columns.shape[1], classes.columns.shape[1] + 1
-    next_state = np.column_stack([classes.columns, eos_target, np.full(num_states, DEAD, np.int32)])
+    classes = token_columns(trie, transitions, groups, known, spare=2)
+    eos_class, never_class = classes.num_classes, classes.num_classes + 1
+    next_state = classes.columns
+    next_state[:, eos_class] = eos_target
     class_of_group = np.append(np.where(classes.of_group >= 0, classes.of_group, never_class), never_class)
     class_of_token = class_of_group[groups.of_id].astype(np.int32)
     walked_ids = trie.token_ids[classes.walked]
@@ -434,7 +442,7 @@ def _token_runs(classes: StringClasses, class_of_group: np.ndarray, walked_ids: 
     """The tokens in runs of one class: each group's strings dead from every walked state (of
     class ``class_of_group``), the walked strings (ids ``walked_ids``) by class, and EOS (the class
     after the strings')."""
-    groups, num_classes = classes.groups, classes.columns.shape[1]
+    groups, num_classes = classes.groups, classes.num_classes
     kept = np.ones(len(groups.ids), bool)
     kept[groups.position[classes.walked]] = False
     by_class = stable_order(classes.of_walked)
@@ -485,7 +493,7 @@ def packed_mask_rows(allowed: np.ndarray, class_of_token: np.ndarray, runs: Toke
         runs = TokenRuns(ids, np.cumsum(sizes) - sizes, sizes, np.arange(num_classes))
     sizes = np.bincount(runs.classes, runs.lengths, minlength=num_classes).astype(np.int64)
     # Rows are numbered in lexicographic order with the largest classes first.
-    row_of_state = row_groups(allowed[:, np.argsort(-sizes, kind="stable")]).astype(np.int32)
+    row_of_state = row_groups(np.take(allowed, np.argsort(-sizes, kind="stable"), axis=1)).astype(np.int32)
     check_time()
     num_rows = int(row_of_state.max()) + 1
     rows = np.zeros((num_rows, num_classes), bool)
