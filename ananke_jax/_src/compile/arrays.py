@@ -84,7 +84,7 @@ class GrownArray:
 
 class SortedMap:
     """A map from integer keys to int64 values, held as sorted arrays: a lookup is a
-    ``searchsorted``, an insertion an ``np.insert`` (for maps that take a few keys at a time)."""
+    ``searchsorted``, an insertion a merge (for maps that take a few keys at a time)."""
 
     def __init__(self, dtype=np.int64):
         self.keys = np.zeros(0, dtype)
@@ -99,8 +99,13 @@ class SortedMap:
 
     def insert(self, keys: np.ndarray, values: np.ndarray) -> None:
         """Add ``keys`` (sorted, distinct, none present) with their ``values``."""
-        at = np.searchsorted(self.keys, keys)
-        self.keys, self.values = np.insert(self.keys, at, keys), np.insert(self.values, at, values)
+        at = np.searchsorted(self.keys, keys) + np.arange(len(keys))  # their places in the new arrays
+        kept = np.ones(len(self.keys) + len(keys), bool)
+        kept[at] = False
+        merged_keys, merged_values = np.empty(len(kept), self.keys.dtype), np.empty(len(kept), np.int64)
+        merged_keys[at], merged_keys[kept] = keys, self.keys
+        merged_values[at], merged_values[kept] = values, self.values
+        self.keys, self.values = merged_keys, merged_values
 
 
 def concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -113,6 +118,8 @@ def balanced_slices(counts: np.ndarray, size: int) -> list[slice]:
     """Consecutive slices of ``counts`` (int[n]) that each sum to about ``size`` (a slice where
     the running sum passes a multiple of ``size`` ends there)."""
     groups = np.cumsum(counts) // size
+    if not len(groups) or not groups[-1]:
+        return [slice(0, len(counts))]
     bounds = [0, *(np.flatnonzero(np.diff(groups)) + 1).tolist(), len(counts)]
     return [slice(a, b) for a, b in itertools.pairwise(bounds)]
 

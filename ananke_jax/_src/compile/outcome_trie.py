@@ -99,11 +99,14 @@ class Paths:
     def of_rows(self, columns: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """int64[N]: the path of each row of ``columns`` (int[N, M]), its first ``lengths``
         entries; every prefix gets a path too."""
-        paths = np.zeros(len(lengths), np.int64)
-        for k in range(columns.shape[1]):
-            longer = np.flatnonzero(lengths > k)
-            paths[longer] = self.child(paths[longer], columns[longer, k])
-        return paths
+        order = np.argsort(-np.asarray(lengths), kind="stable")  # longest first: rows longer than k are a prefix
+        longer = np.searchsorted(-np.asarray(lengths)[order], -np.arange(columns.shape[1]), side="left")
+        ordered, paths = columns[order], np.zeros(len(lengths), np.int64)
+        for k, n in enumerate(longer.tolist()):
+            paths[:n] = self.child(paths[:n], ordered[:n, k])
+        out = np.empty_like(paths)
+        out[order] = paths
+        return out
 
 
 def outcome_tries(

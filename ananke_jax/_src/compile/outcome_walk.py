@@ -128,6 +128,8 @@ def walk_outcomes(
     sequences = Paths(len(cuts.follow))  # the LR columns an outcome completes so far
     alphabet = transitions.shape[1]
     may_cut = (cuts.columns != NO_CUT).any(axis=1)  # bool[Q]: a terminal ends in the lexer state
+    follows = np.ones((len(cuts.follow) + 1,) * 2, bool)  # `Cuts.follow` from LR column a - 1 to b - 1; -1: none
+    follows[1:, 1:] = cuts.follow
 
     # Rows (source state, lexer state, sequence) packed into int64 keys, kept function by function,
     # each function's sorted (`_Functions`). While a level is stepped the top field is a step (a
@@ -149,11 +151,10 @@ def walk_outcomes(
             top = np.repeat(np.arange(len(label))[part] << top_shift, counts)
             read, row = np.repeat(label[part], counts), rows[pick]
             lex = (row >> lex_shift) & state_mask
-            kept = row & ((state_mask << q_shift) | seq_mask)  # source state and sequence
             # Read on inside the current terminal...
             cont = transitions[lex, read]
-            alive = cont != DEAD
-            inside = top[alive] | kept[alive] | (cont[alive].astype(np.int64) << lex_shift)
+            alive = np.flatnonzero(cont != DEAD)
+            inside = top[alive] | (row[alive] & ~(state_mask << lex_shift)) | (cont[alive].astype(np.int64) << lex_shift)
             # ...or cut after a terminal that ends here and start the next one with this byte,
             # where the grammar lets the next terminal follow the one just cut.
             if cuts.targets is None:
@@ -162,21 +163,19 @@ def walk_outcomes(
                 pair = ending[pair]
             else:  # most cuts of a longest-match lexer are not allowed: only where a target is
                 pair, slot = np.nonzero(cuts.targets[lex, :, read] != DEAD)
-            column = cuts.columns[lex[pair], slot]
+            column = cuts.columns[lex[pair], slot]  # (-1: an ignored terminal, which completes none)
             seq = row[pair] & seq_mask
             last = sequences.column[seq]
-            new_last = np.where(column >= 0, column, last)
             # (after an ignored terminal, the start of no terminal: the one cut before excludes nothing more)
-            after = np.where(column >= 0, column + 1, 0)
-            cut = start_rows[after, read[pair]] if cuts.targets is None else cuts.targets[lex[pair], slot, read[pair]]
-            fits = (cut != DEAD) & ((column < 0) | (last < 0) | cuts.follow[np.maximum(last, 0), np.maximum(column, 0)])
-            fits &= cuts.may_start[new_last + 1, cut]
+            cut = start_rows[column + 1, read[pair]] if cuts.targets is None else cuts.targets[lex[pair], slot, read[pair]]
+            fits = (cut != DEAD) & follows[last + 1, column + 1] & cuts.may_start[np.where(column >= 0, column, last) + 1, cut]
+            fits = np.flatnonzero(fits)
             pair, column, cut, seq = pair[fits], column[fits], cut[fits], seq[fits]
-            extended = seq.copy()  # ignored terminals leave the sequence as it is
-            extended[column >= 0] = sequences.child(seq[column >= 0], column[column >= 0])
+            if (completes := column >= 0).any():  # ignored terminals leave the sequence as it is
+                seq[completes] = sequences.child(seq[completes], column[completes])
             if len(sequences) > seq_mask:
                 raise _too_ambiguous(sequences, names)
-            level += [inside, top[pair] | (row[pair] & (state_mask << q_shift)) | (cut.astype(np.int64) << lex_shift) | extended]
+            level += [inside, top[pair] | (row[pair] & (state_mask << q_shift)) | (cut.astype(np.int64) << lex_shift) | seq]
         keys = np.concatenate(level) if level else np.zeros(0, np.int64)
         check_time(ahead=_SORT_SECONDS_PER_ROW * len(keys))
         if len(keys) > MAX_FRONTIER:

@@ -193,6 +193,8 @@ def classes_of_hashes(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Returns:
       class_of_item: int32[N]; representatives: int64[C], one item per class.
     """
+    if hashes.shape[1] < 2:
+        return np.zeros(hashes.shape[1], np.int32), np.arange(hashes.shape[1])
     _, representatives, class_of_item = unique_first_inverse(hashes[0])
     if not (hashes[1] == hashes[1][representatives][class_of_item]).all():
         _, representatives, class_of_item = np.unique(hashes.T, axis=0, return_index=True, return_inverse=True)
