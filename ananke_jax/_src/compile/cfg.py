@@ -99,7 +99,7 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
         lexing = contextual_lexing(grammar, dfas, lr, follow)
         lr, lexer, loops, column_terminal = lexing.lr, lexing.lexer, None, lexing.column_terminal
         # The byte classes also keep apart the bytes that cuts treat differently.
-        spelled = spell_tokens(np.vstack([lexer.transitions, lexing.cut_targets.reshape(-1, 256)]), vocab)
+        spelled = spell_tokens(np.vstack([lexer.transitions, lexing.cut_targets.reshape(-1, 256)]), vocab, merged=False)
         transitions, targets = np.split(spelled.transitions, [lexer.num_states])
         may_start = np.ones((len(lr.terminals), lexer.num_states), bool)
         cuts = Cuts(lexing.cut_columns, lexing.follow, may_start, targets=targets.reshape(lexer.num_states, -1, targets.shape[1]))
@@ -118,7 +118,7 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
         lexer, loops = _lexer_with_loops(grammar.terminals, dfas, start_begins, start_excluded)
         cuts = context_free_cuts(lexer, lr_column, follow, lexer.starts[start_of_context])
         check_time()
-        spelled = spell_tokens(lexer.transitions, vocab)
+        spelled = spell_tokens(lexer.transitions, vocab, merged=False)
         transitions = spelled.transitions
 
     def walk(transitions, trie, sources):
