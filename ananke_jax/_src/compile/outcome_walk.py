@@ -154,7 +154,8 @@ def walk_outcomes(
             # Read on inside the current terminal...
             cont = transitions[lex, read]
             alive = np.flatnonzero(cont != DEAD)
-            inside = top[alive] | (row[alive] & ~(state_mask << lex_shift)) | (cont[alive].astype(np.int64) << lex_shift)
+            kept = row[alive] & ((state_mask << q_shift) | seq_mask)  # source state and sequence
+            inside = top[alive] | kept | (cont[alive].astype(np.int64) << lex_shift)
             # ...or cut after a terminal that ends here and start the next one with this byte,
             # where the grammar lets the next terminal follow the one just cut.
             if cuts.targets is None:
