@@ -533,6 +533,29 @@ def test_an_outcome_walk_past_the_frontier_limit_is_walked_again_from_halves_of_
         np.testing.assert_array_equal(getattr(split, name), getattr(whole, name), err_msg=name)
 
 
+def test_an_outcome_walk_past_its_dense_step_table_keeps_its_steps_sorted_instead(sentencepiece_vocab, monkeypatch):
+    """The steps a walk has taken are a dense (function, label) table up to `_DENSE_STEPS`
+    entries, then a `SortedMap`; with the limit lowered so that the walk passes it early, the
+    outcome tables equal those of the dense table alone."""
+    from ananke_jax._src.compile import outcome_walk
+
+    whole = cfg_tables(JSON, sentencepiece_vocab)
+    taken = []
+
+    class Spied(outcome_walk.SortedMap):
+        def insert(self, keys, values):
+            if self.keys.dtype == np.int64:  # (the functions' hashes are uint64)
+                taken.append(len(keys))
+            super().insert(keys, values)
+
+    monkeypatch.setattr(outcome_walk, "SortedMap", Spied)
+    monkeypatch.setattr(outcome_walk, "_DENSE_STEPS", 200)
+    sparse = cfg_tables(JSON, sentencepiece_vocab)
+    assert len(taken) > 3  # the dense table's steps were moved over, and later ones inserted
+    for field in ("outcome_terminals", "outcome_length", "outcome_lexer", "state_outcomes", "set_members", "token_class", "class_set"):
+        np.testing.assert_array_equal(getattr(sparse, field), getattr(whole, field), err_msg=field)
+
+
 def _outcomes_alone(walk, q: int, labels: list[int]) -> set:
     """The outcomes of one string (its ``labels``) from lexer state ``q``, byte by byte: read on
     in the current terminal, or cut where one ends (the walk's rules, `outcome_walk.Cuts`)."""

@@ -187,7 +187,7 @@ def walk_outcomes(
         """The column of each string id and the rows that end strings, walked from the states
         ``live``; raises `_FrontierOverflow` when a level, or the functions kept, would hold
         over `MAX_FRONTIER` rows."""
-        functions = _Functions((live << q_shift) | (live << lex_shift))  # the root's
+        functions = _Functions((live << q_shift) | (live << lex_shift), alphabet)  # the root's
         node_function = np.zeros(1, np.int64)  # of the previous level's nodes (-1: dead)
         string_function = np.full(num_ids, -1, np.int64)
         first, offset = 0, 1  # the ids of the previous level's first node and of this level's
@@ -288,18 +288,24 @@ def _source_groups(lexer: Lexer, sources: np.ndarray) -> list[np.ndarray]:
 
 
 _UNKNOWN = -2  # `_Functions.stepped` of a step not taken yet
+_DENSE_STEPS = 1 << 22  # the most (function, label) entries of a walk's dense table of steps (32 MB)
 
 
 class _Functions:
     """The distinct functions of one walk, numbered as found, each a sorted run of ``rows``,
     and the steps between them taken so far: a (function, label) step is taken once, at
-    whatever level it first comes (deep in the trie, almost every step was taken above)."""
+    whatever level it first comes (deep in the trie, almost every step was taken above).
 
-    def __init__(self, root_rows: np.ndarray):
+    The steps taken are a dense table over every (function, label) while it has at most
+    `_DENSE_STEPS` entries (a lookup per trie node and level is then a gather, not a search),
+    then a `SortedMap`."""
+
+    def __init__(self, root_rows: np.ndarray, alphabet: int):
         self.rows = GrownArray(root_rows)
         self._start, self._size = GrownArray([0]), GrownArray([len(root_rows)])
         self._by_hash, self._check = SortedMap(np.uint64), GrownArray([0])  # by a function's first hash; its second
-        self._after = SortedMap()  # of each step taken (function * alphabet + label): its function (-1: dead)
+        # Of each step (function * alphabet + label): the function after it (-1: dead; `_UNKNOWN`: not taken).
+        self._alphabet, self._dense, self._sparse = alphabet, GrownArray(np.full(alphabet, _UNKNOWN)), None
 
     def bounds(self, functions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The rows of ``functions`` (int64[N]): ``rows[lo[i] : hi[i]]``."""
@@ -308,11 +314,14 @@ class _Functions:
 
     def stepped(self, steps: np.ndarray) -> np.ndarray:
         """int64[N]: the function after each step (-1: dead; `_UNKNOWN`: not taken yet)."""
-        return self._after.get(steps, _UNKNOWN)
+        return self._dense.values[steps] if self._sparse is None else self._sparse.get(steps, _UNKNOWN)
 
     def remember(self, steps: np.ndarray, after: np.ndarray) -> None:
         """Keep the function after each of ``steps`` (sorted, none taken before)."""
-        self._after.insert(steps, after)
+        if self._sparse is None:
+            self._dense.values[steps] = after
+        else:
+            self._sparse.insert(steps, after)
 
     def found(self, hashes: np.ndarray, rows: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """int64[N]: the function of each of N row sets, by their hashes (uint64[2, N]); new
@@ -334,6 +343,13 @@ class _Functions:
         self._size.extend(sizes[new])
         self.rows.extend(rows[concatenated_ranges(starts[new], sizes[new])])
         self._check.extend(check[~known])
+        if self._sparse is None and len(self._size) * self._alphabet > _DENSE_STEPS:
+            taken = np.flatnonzero(self._dense.values != _UNKNOWN)
+            self._sparse = SortedMap()
+            self._sparse.insert(taken, self._dense.values[taken])
+            self._dense = None
+        elif self._sparse is None:
+            self._dense.extend(np.full(len(new) * self._alphabet, _UNKNOWN))
         unlisted = listed < 0  # (a new function whose first hash another has is not listed)
         self._by_hash.insert(key[unlisted], ids[unlisted])
         return ids[level_class]
