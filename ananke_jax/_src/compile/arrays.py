@@ -23,11 +23,15 @@ def sorted_unique(keys: np.ndarray) -> np.ndarray:
     return keys[run_starts(keys)]
 
 
+_SMALL_SORT = 1024
+
+
 def stable_order(values: np.ndarray) -> np.ndarray:
     """int64[N]: ``np.argsort(values, kind="stable")`` of a 1-D integer array. Non-negative
     values under 2^48 are sorted by their 16-bit digits, each a radix sort (numpy sorts 16-bit
-    keys by radix; wider ones by merge sort, 2-5 times slower)."""
-    if not len(values) or values.dtype.kind not in "iu" or values.min() < 0 or (high := int(values.max())) >= 1 << 48:
+    keys by radix; wider ones by merge sort, 2-5 times slower). Up to `_SMALL_SORT` values,
+    a merge sort: the digits' fixed cost is then the larger (15 against 3 us on 75 values)."""
+    if len(values) <= _SMALL_SORT or values.dtype.kind not in "iu" or values.min() < 0 or (high := int(values.max())) >= 1 << 48:
         return np.argsort(values, kind="stable")
     digits = max(1, -(-high.bit_length() // 16))
     return np.lexsort([((values >> (16 * d)) & 0xFFFF).astype(np.uint16) for d in range(digits)])
