@@ -14,7 +14,7 @@ import ananke_jax as aj
 from ananke_jax._src.bank import trie_parents
 from ananke_jax._src.compile.cfg import cfg_tables, compile_ir
 from ananke_jax._src.compile.lark_lexer import NO_CUT
-from ananke_jax._src.compile.outcome_trie import chunk_layout
+from ananke_jax._src.compile.outcome_trie import _chunks, chunk_layout
 from ananke_jax._src.engines import lr as lr_engine
 from ananke_jax._src.engines.lr import paths_of
 from ananke_jax._src.ir import grammar
@@ -427,6 +427,30 @@ TREE_SCHEMA = {
     },
     "$ref": "#/$defs/node",
 }
+
+
+def test_trie_chunks_are_the_greedy_ones():
+    """A trie's chunks (`outcome_trie._chunks`, computed from each node's least first child on)
+    equal the greedy layout read node by node: from its first node, a chunk takes the next while
+    it has fewer than ``lanes`` nodes and that node's parent lies before the chunk; on random
+    breadth-first parent arrays (-1: a child of the configuration) and lane counts."""
+
+    def greedy(parents: list[int], lanes: int) -> list[int]:
+        starts, start = [], 0
+        while start < len(parents):
+            end = start + 1
+            while end < len(parents) and end - start < lanes and parents[end] < start:
+                end += 1
+            starts.append(start)
+            start = end
+        return starts
+
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        n = int(rng.integers(0, 120))
+        parents = [-1 if j == 0 or rng.random() < 0.2 else int(rng.integers(-1, j)) for j in range(n)]
+        for lanes in (1, 2, 5, 32):
+            assert _chunks(np.asarray(parents, np.int32), lanes) == greedy(parents, lanes), (parents, lanes)
 
 
 @pytest.mark.slow

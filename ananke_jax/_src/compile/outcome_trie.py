@@ -236,13 +236,17 @@ def chunk_layout(parents: list[np.ndarray], lanes: int, width: int) -> tuple[np.
 
 
 def _chunks(parents: np.ndarray, lanes: int) -> list[int]:
-    """Greedy chunk starts: up to ``lanes`` consecutive nodes, none the parent of another."""
-    parents = parents.tolist()  # (indexing a list is several times faster than numpy scalars)
+    """Greedy chunk starts: up to ``lanes`` consecutive nodes, none the parent of another. A
+    chunk from node i ends at the first node whose parent is i or later, which is the least
+    first child of the nodes from i on (a node's parent comes before it)."""
+    n = len(parents)
+    first_child = np.full(n + 1, n, np.int64)
+    has_parent = np.flatnonzero(parents >= 0)
+    np.minimum.at(first_child, parents[has_parent], has_parent)
+    reach = np.minimum.accumulate(first_child[::-1])[::-1][:n]  # the least first child from node i on
+    end = np.minimum(np.arange(n) + lanes, reach).tolist()
     starts, start = [], 0
-    while start < len(parents):
-        end = start + 1
-        while end < len(parents) and end - start < lanes and parents[end] < start:
-            end += 1
+    while start < n:
         starts.append(start)
-        start = end
+        start = end[start]
     return starts
