@@ -433,7 +433,8 @@ def test_trie_chunks_are_the_greedy_ones():
     """A trie's chunks (`outcome_trie._chunks`, computed from each node's least first child on)
     equal the greedy layout read node by node: from its first node, a chunk takes the next while
     it has fewer than ``lanes`` nodes and that node's parent lies before the chunk; on random
-    breadth-first parent arrays (-1: a child of the configuration) and lane counts."""
+    parent arrays (each parent an earlier node, or -1: a child of the configuration) and lane
+    counts."""
 
     def greedy(parents: list[int], lanes: int) -> list[int]:
         starts, start = [], 0
@@ -573,9 +574,9 @@ def test_an_outcome_walk_past_its_dense_step_table_keeps_its_steps_sorted_instea
             super().insert(keys, values)
 
     monkeypatch.setattr(outcome_walk, "SortedMap", Spied)
-    monkeypatch.setattr(outcome_walk, "_DENSE_STEPS", 200)
+    monkeypatch.setattr(outcome_walk, "_DENSE_STEPS", 2_000)  # (passed at the second level)
     sparse = cfg_tables(JSON, sentencepiece_vocab)
-    assert len(taken) > 3  # the dense table's steps were moved over, and later ones inserted
+    assert len(taken) > 3 and taken[0] > 0  # the dense table's steps were moved over, and later ones inserted
     for field in ("outcome_terminals", "outcome_length", "outcome_lexer", "state_outcomes", "set_members", "token_class", "class_set"):
         np.testing.assert_array_equal(getattr(sparse, field), getattr(whole, field), err_msg=field)
 

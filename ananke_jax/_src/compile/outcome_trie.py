@@ -99,8 +99,9 @@ class Paths:
     def of_rows(self, columns: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """int64[N]: the path of each row of ``columns`` (int[N, M]), its first ``lengths``
         entries; every prefix gets a path too."""
-        order = np.argsort(-np.asarray(lengths), kind="stable")  # longest first: rows longer than k are a prefix
-        longer = np.searchsorted(-np.asarray(lengths)[order], -np.arange(columns.shape[1]), side="left")
+        negated = -np.asarray(lengths)
+        order = np.argsort(negated, kind="stable")  # longest first: the rows longer than k are a prefix
+        longer = np.searchsorted(negated[order], -np.arange(columns.shape[1]), side="left")
         ordered, paths = columns[order], np.zeros(len(lengths), np.int64)
         for k, n in enumerate(longer.tolist()):
             paths[:n] = self.child(paths[:n], ordered[:n, k])

@@ -135,7 +135,8 @@ def walk_outcomes(
     # each function's sorted (`_Functions`). While a level is stepped the top field is a step (a
     # function and a label); at the ends, a column.
     q_bits = max(1, (lexer.num_states - 1).bit_length())
-    top_shift = 63 - max(1, trie.num_nodes.bit_length())
+    # (the top field holds a new step of one level, or a column: at most a level's nodes or the strings)
+    top_shift = 63 - max(1, max([num_ids, *map(len, trie.parents)]).bit_length())
     q_shift = top_shift - q_bits
     lex_shift = q_shift - q_bits  # the sequence id takes the low bits
     state_mask, seq_mask = (1 << q_bits) - 1, (1 << lex_shift) - 1
@@ -164,7 +165,8 @@ def walk_outcomes(
                 pair = ending[pair]
             else:  # most cuts of a longest-match lexer are not allowed: only where a target is
                 pair, slot = np.nonzero(cuts.targets[lex, :, read] != DEAD)
-            column = cuts.columns[lex[pair], slot]  # (-1: an ignored terminal, which completes none)
+            # -1: an ignored terminal, which completes none (NO_CUT, -2, is never picked: `lark_lexer` makes its targets DEAD)
+            column = cuts.columns[lex[pair], slot]
             seq = row[pair] & seq_mask
             last = sequences.column[seq]
             # (after an ignored terminal, the start of no terminal: the one cut before excludes nothing more)
@@ -288,7 +290,7 @@ def _source_groups(lexer: Lexer, sources: np.ndarray) -> list[np.ndarray]:
 
 
 _UNKNOWN = -2  # `_Functions.stepped` of a step not taken yet
-_DENSE_STEPS = 1 << 22  # the most (function, label) entries of a walk's dense table of steps (32 MB)
+_DENSE_STEPS = 1 << 22  # the most (function, label) entries of a walk's dense table of steps (32 MB, twice that as it grows)
 
 
 class _Functions:

@@ -46,7 +46,7 @@ class StringClasses:
       walked: int64[E], the strings alive from some walked state, ascending.
       of_walked: int64[E], their classes.
       columns: int32[S, C + spare], the column of each of the C classes, then ``spare`` columns
-        of DEAD for the caller (`token_columns`).
+        of DEAD for the caller to fill (`token_columns`).
       num_classes: C.
     """
 
@@ -343,9 +343,10 @@ def spell_tokens(transitions: np.ndarray, vocab: Vocabulary, *, merged: bool = T
     (classes numbered by their lowest byte: automata with the same classes share the spelling,
     cached per vocabulary).
 
-    ``merged=False``: the trie is the vocabulary's byte trie with its labels rewritten, where
-    tokens spelled alike keep their own nodes; it takes no work per set of classes (merging
-    took 15 ms on 131k tokens), for walks whose cost is per distinct step rather than per node.
+    ``merged=False``: the trie is the vocabulary's byte trie with its labels rewritten (a gather
+    a level), where tokens spelled alike keep their own nodes and siblings may share a label; no
+    merging per set of classes (15 ms on 131k tokens), for walks whose cost is per distinct step
+    rather than per node.
     """
     byte_class, first_byte = byte_classes(transitions)
     order = np.argsort(first_byte)
