@@ -241,10 +241,10 @@ def _chunks(parents: np.ndarray, lanes: int) -> list[int]:
     chunk from node i ends at the first node whose parent is i or later, which is the least
     first child of the nodes from i on (a node's parent comes before it)."""
     n = len(parents)
-    first_child = np.full(n + 1, n, np.int64)
+    first_child = np.full(n, n, np.int64)
     has_parent = np.flatnonzero(parents >= 0)
     np.minimum.at(first_child, parents[has_parent], has_parent)
-    reach = np.minimum.accumulate(first_child[::-1])[::-1][:n]  # the least first child from node i on
+    reach = np.minimum.accumulate(first_child[::-1])[::-1]  # the least first child from node i on
     end = np.minimum(np.arange(n) + lanes, reach).tolist()
     starts, start = [], 0
     while start < n:

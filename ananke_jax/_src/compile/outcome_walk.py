@@ -345,16 +345,23 @@ class _Functions:
         self._size.extend(sizes[new])
         self.rows.extend(rows[concatenated_ranges(starts[new], sizes[new])])
         self._check.extend(check[~known])
-        if self._sparse is None and len(self._size) * self._alphabet > _DENSE_STEPS:
-            taken = np.flatnonzero(self._dense.values != _UNKNOWN)
-            self._sparse = SortedMap()
-            self._sparse.insert(taken, self._dense.values[taken])
-            self._dense = None
-        elif self._sparse is None:
-            self._dense.extend(np.full(len(new) * self._alphabet, _UNKNOWN))
+        self._steps_for(len(new))
         unlisted = listed < 0  # (a new function whose first hash another has is not listed)
         self._by_hash.insert(key[unlisted], ids[unlisted])
         return ids[level_class]
+
+    def _steps_for(self, count: int) -> None:
+        """Room in the dense step table for the steps of ``count`` new functions, or the table
+        moved into a `SortedMap` once it would pass `_DENSE_STEPS` entries."""
+        if self._sparse is not None:
+            return
+        if len(self._size) * self._alphabet <= _DENSE_STEPS:
+            self._dense.extend(np.full(count * self._alphabet, _UNKNOWN))
+            return
+        taken = np.flatnonzero(self._dense.values != _UNKNOWN)
+        self._sparse = SortedMap()
+        self._sparse.insert(taken, self._dense.values[taken])
+        self._dense = None
 
 
 def _mixed(values: np.ndarray, seed: int) -> np.ndarray:

@@ -353,15 +353,15 @@ def spell_tokens(transitions: np.ndarray, vocab: Vocabulary, *, merged: bool = T
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
     class_of_byte = rank[byte_class].astype(np.uint8)
+    raw = vocabulary_trie(vocab)
     if merged:
         trie, spelling = _class_spelling(vocab, class_of_byte.tobytes())
     else:
-        raw = vocabulary_trie(vocab)
         strings, spelling = _byte_strings(vocab)
         trie = TokenTrie(
             raw.parents, tuple(class_of_byte[labels] for labels in raw.labels), np.arange(len(strings), dtype=np.int32), strings
         )
-    return Spelling(transitions[:, first_byte[order]], trie, vocabulary_trie(vocab).token_ids.astype(np.int64), spelling)
+    return Spelling(transitions[:, first_byte[order]], trie, raw.token_ids.astype(np.int64), spelling)
 
 
 @functools.lru_cache(maxsize=8)
