@@ -163,8 +163,9 @@ def main():
             "max reads": "d",
             "share of reads": ".1%",
         },
-        "A loop is named by its body (function.body); `_run.run` is an LR simulation: alone, `feed` of the token's outcome; "
-        "inside `_walk_trie.run_chunk`, a chunk of outcome-trie nodes. Shares are of all reads of the steps.",
+        "A loop is named by its body (function.body); `_run.body` is an LR simulation: the `feed` of the token's outcome, "
+        "or the walk of a small outcome trie by paths (`_walk_paths`); `_walk_chunks.interleaved.trip` walks a large one "
+        "a chunk of nodes at a time. Shares are of all reads of the steps.",
     )
     for row in loops:
         breakdown.add(*row)

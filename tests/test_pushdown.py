@@ -265,6 +265,48 @@ def test_the_accelerator_paths_step_as_the_cpu_paths(g, tokens, monkeypatch):
     chex.assert_trees_all_equal(stepped["cpu"], stepped["accelerator"])
 
 
+@pytest.mark.parametrize(
+    "g, tokens, stack_depth",
+    [
+        pytest.param(DANGLING_ELSE, None, None, id="dangling-else"),  # parse forks
+        pytest.param(WORDS, WORDS_TOKENS, None, id="ambiguous-lexing"),
+        pytest.param(JSON, None, None, id="json"),
+        pytest.param(JSON, None, 5, id="json-overflowing"),  # paths that run out of stack depth
+    ],
+)
+def test_the_path_walk_gives_the_chunk_walk_s_verdicts(g, tokens, stack_depth, monkeypatch):
+    """Small tries are walked by whole paths (`_walk_paths`), large ones a chunk at a time: along
+    random walks, under `lax.scan` and `vmap`, on the CPU and the accelerator paths, the masks
+    and states of both walks are equal, overflow included."""
+    monkeypatch.setattr(lr_engine, "ACCELERATOR_ACTIONS", 2)
+    rng = np.random.default_rng(7)
+    vocab = aj.Vocabulary.from_tokens(tokens or _character_tokens(g, rng, 40), eos_token_ids=[0])
+    cg = compile_ir(g, vocab)
+    cg = cg if stack_depth is None else dataclasses.replace(cg, stack_depth=stack_depth)
+    walks = jnp.asarray(_random_walks(cg, vocab, rng, walks=6, steps=12), jnp.int32)
+
+    def scan_walks(cg, tokens):
+        def walk(tokens):
+            body = lambda state, token: (aj.advance(cg, state, token), (aj.token_mask(cg, state), state))
+            return jax.lax.scan(body, cg.init_state(), tokens)[1]
+
+        return jax.vmap(walk)(tokens)
+
+    stepped = {}
+    for walk, nodes in (("chunks", -1), ("paths", 1 << 20)):
+        monkeypatch.setattr(lr_engine, "PATH_NODES", nodes)
+        monkeypatch.setattr(lr_engine, "PATH_LEVELS", 1 << 20)
+        assert lr_engine.walks_paths(cg) == (walk == "paths")
+        for platform in ("cpu", "accelerator"):
+            with paths_of(platform):
+                step = jax.jit(lambda *args: scan_walks(*args))  # a new jit for each walk and set of paths
+                stepped[walk, platform] = jax.device_get(step(cg, walks))
+    if stack_depth is not None:
+        assert stepped["chunks", "cpu"][1].overflow.any()
+    for key, got in stepped.items():
+        chex.assert_trees_all_equal(got, stepped["chunks", "cpu"], custom_message=str(key))
+
+
 def test_a_grammar_without_conflicts_never_forks():
     """LALR(1) tables hold one action a cell: the step is the deterministic one."""
     vocab = aj.Vocabulary.from_tokens(ARITHMETIC_TOKENS, eos_token_ids=[0])

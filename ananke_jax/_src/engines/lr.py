@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ananke_jax._src.engines.small_ops import count_before, min_last, true_indices
+from ananke_jax._src.engines.small_ops import any_last, count_before, min_last, true_indices
 
 MAX_RULE_LENGTH = 1023  # the symbols of one alternative: an LR action packs them in 10 bits
 ERROR, SHIFT, REDUCE, ACCEPT = 0, 1, 2, 3  # the kinds of LR action in `PushdownGrammar.action_kind`
@@ -260,7 +260,7 @@ def _run(step, p: _Parse, length, limit: int, forks: int) -> _Parse:
     def body(carry):
         return _actions(step, carry[0], unroll), carry[1] + unroll
 
-    again = lambda carry: _running(carry[0], length).any() & (carry[1] < limit)
+    again = lambda carry: any_last(_running(carry[0], length).reshape(-1)) & (carry[1] < limit)
     p, _ = jax.lax.while_loop(again, body, (_actions(step, p, ahead), jnp.int32(ahead)))
     return _ran_out(p, length)
 
@@ -277,13 +277,54 @@ def feed(lr: LRActions, stack, depth, terminals, length) -> _Parse:
     return _Parse(p.packed.reshape(lr.forks, -1))
 
 
-def _walk_trie(cg, lr: LRActions, stack, depth, lexer, skip=False) -> _Parse:
+# The largest tries walked by paths: nodes, and chunks of the deepest (on the grammars of grammars/,
+# paths cost more from about 55 nodes).
+PATH_NODES, PATH_LEVELS = 48, 8
+
+
+def walks_paths(cg) -> bool:
+    """Whether ``cg``'s tries (static shapes) are walked by `_walk_paths`, not `_walk_chunks`."""
+    return cg.node_parent.shape[-1] - cg.lanes <= PATH_NODES and cg.chunk_start.shape[-1] <= PATH_LEVELS
+
+
+def _walk_paths(cg, lr: LRActions, stack, depth, lexer, skip=False):
+    """Feed every node of lexer state ``lexer``'s trie its whole path of terminals from the
+    root, all nodes at once in one run: on a small trie, one loop whose trips are the actions of
+    the longest path costs less than a loop over the chunks (shared prefixes are fed once per
+    node: more work, fewer trips). A trie is at most as deep as its chunks are many.
+
+    Returns bool[N], the nodes whose terminal the configuration accepts (after their parents'),
+    and bool[N], those whose path ran out of stack depth or forks.
+    """
+    n, levels, row = cg.node_parent.shape[-1] - cg.lanes, cg.chunk_start.shape[-1], cg.lexer_row[lexer]
+    parent_of, column_of = cg.node_parent[row, :n], cg.node_column[row, :n]
+    real = cg.node_chunk[row, :n] < jnp.where(skip, 0, cg.num_chunks[row])  # the padding is no node
+    # up[i, j]: the column of node i's ancestor j levels up (its own at j = 0; -1 past the root).
+    node, up = jnp.arange(n), []
+    for _ in range(levels):
+        up.append(jnp.where(node >= 0, column_of[jnp.maximum(node, 0)], -1))
+        node = jnp.where(node >= 0, parent_of[jnp.maximum(node, 0)], -1)
+    up = jnp.stack(up, axis=1)
+    length = jnp.where(real, (up >= 0).sum(axis=1), 0)
+    fresh = _fresh(lr, stack, depth)
+    lengths = length.reshape((n,) + (1,) * (fresh.packed.ndim - 1))  # against the forks' fields
+
+    def step(p: _Parse) -> _Parse:
+        at = jnp.clip(lengths - 1 - p.pos, 0, levels - 1)  # the column of the next terminal
+        column = jnp.take_along_axis(up, at.reshape(n, -1), axis=1).reshape(at.shape)
+        return jax.vmap(lambda c, m, q: _act(lr, c, m, q))(column, length, p)
+
+    p = _run(step, _Parse(jnp.broadcast_to(fresh.packed, (n,) + fresh.packed.shape)), lengths, levels * (cg.stack_depth + 2), lr.forks)
+    return _any_fork(lr, p.ok & (p.pos >= lengths)) & real, _overflowed(lr, p)
+
+
+def _walk_chunks(cg, lr: LRActions, stack, depth, lexer, skip=False):
     """Feed the terminals of lexer state ``lexer``'s trie to one configuration, a chunk of
     ``cg.lanes`` nodes at a time, each node one terminal after its parent. Chunks whose nodes'
     parents were all refused are skipped (their nodes stay refused).
 
-    Returns a simulation per node (int32[N, F, D + 4], or [N, D + 4] without forks); a node's
-    terminal is accepted when `_accepted` holds for it.
+    Returns bool[N + lanes], the nodes whose terminal the configuration accepts, and
+    bool[N + lanes], those that ran out of stack depth or forks (or whose parent did).
     """
     lanes, fresh, row = cg.lanes, _fresh(lr, stack, depth), cg.lexer_row[lexer]
     parent_of, column_of, chunk_of = cg.node_parent[row], cg.node_column[row], cg.node_chunk[row]
@@ -347,7 +388,8 @@ def _walk_trie(cg, lr: LRActions, stack, depth, lexer, skip=False) -> _Parse:
 
     nodes = _Parse(jnp.zeros(parent_of.shape + fresh.packed.shape, jnp.int32))
     limit = cg.stack_depth + 2  # actions for one terminal: the reductions, then a shift
-    return (interleaved if on_accelerator() else in_turn)(nodes)
+    nodes = (interleaved if on_accelerator() else in_turn)(nodes)
+    return _accepted(lr, nodes), _overflowed(lr, nodes)
 
 
 def verdicts(cg, lr: LRActions, stack, depth, lexer, skip=False):
@@ -356,15 +398,13 @@ def verdicts(cg, lr: LRActions, stack, depth, lexer, skip=False):
     whether the output is complete (EOS allowed); and bool[], whether an outcome was refused
     for lack of stack depth. Where ``skip`` (bool[]), the trie walk stops after its first trip
     and what it returns is to be ignored."""
-    nodes = _walk_trie(cg, lr, stack, depth, lexer, skip)
-    accepted = _accepted(lr, nodes)
+    accepted, overflowed = (_walk_paths if walks_paths(cg) else _walk_chunks)(cg, lr, stack, depth, lexer, skip)
     row = cg.lexer_row[lexer]
     node, lookahead = cg.outcome_node[row], cg.outcome_lookahead[row]
     terminals_ok = (node < 0) | accepted[jnp.maximum(node, 0)]
     lookahead_ok = ((lookahead >= 0) & accepted[jnp.maximum(lookahead, 0)]).any(axis=1)
     used = cg.outcome_lexer[lexer] >= 0
     valid = used & terminals_ok & (cg.outcome_free[row] | lookahead_ok)
-    overflowed = _overflowed(lr, nodes)
     node_overflow = (node >= 0) & overflowed[jnp.maximum(node, 0)]
     lookahead_overflow = ((lookahead >= 0) & overflowed[jnp.maximum(lookahead, 0)]).any(axis=1)
     blocked = (used & ~valid & (node_overflow | lookahead_overflow)).any()

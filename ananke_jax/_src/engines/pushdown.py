@@ -277,11 +277,10 @@ def _same(a: _Configs, b: _Configs) -> jax.Array:
     return (a.lexer[:, None] == b.lexer[None, :]) & (a.depth[:, None] == b.depth[None, :]) & equal_stacks
 
 
-def _follow(cg: PushdownGrammar, lr: LRActions, state: PushdownState, config, local, real) -> tuple[_Configs, jax.Array]:
-    """The configurations (one per fork, [F]) that configuration ``config`` makes by following its
-    outcome ``local`` (when ``real``, bool[]; otherwise no parser action runs), and bool[F],
-    which forks took the outcome's terminals."""
-    stack, depth, lexer = state.stacks[config], state.depth[config], state.lexer[config]
+def _follow(cg: PushdownGrammar, lr: LRActions, stack, depth, lexer, local, real) -> tuple[_Configs, jax.Array]:
+    """The configurations (one per fork, [F]) that the configuration ``stack``, ``depth``,
+    ``lexer`` makes by following its outcome ``local`` (when ``real``, bool[]; otherwise no parser
+    action runs), and bool[F], which forks took the outcome's terminals."""
     outcome = cg.state_outcomes[lexer, local]
     length = jnp.where(real, cg.outcome_length[outcome], 0)
     p = feed(lr, stack, depth, cg.outcome_terminals[outcome], length)
@@ -307,16 +306,20 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
     local, valid = _token_outcomes(cg, state, token)
     z = local.shape[1]
     valid = (valid & state.live[:, None] & in_range & ~is_eos & ~state.finished).reshape(-1)
-    pairs = true_indices(valid)  # the valid pairs first, in (configuration, outcome) order
     count = valid.sum()
-
-    follow = lambda pair, real: _follow(cg, lr, state, pair // z, jnp.maximum(local.reshape(-1)[pair], 0), real)
+    pairs = true_indices(valid) if z > 1 else None  # the valid pairs first, in (configuration, outcome) order
+    follow = jax.vmap(lambda *args: _follow(cg, lr, *args))
     empty = _Configs(jnp.zeros_like(state.stacks), jnp.zeros_like(state.depth), jnp.zeros_like(state.lexer))
 
     def round_(carry):
         r, kept, live, overflow = carry
-        slot = jax.lax.dynamic_slice(pairs, (r * k,), (k,))
-        made, real = jax.vmap(follow)(slot, r * k + jnp.arange(k) < count)
+        if z == 1:  # static: the pairs are the configurations, in order, and one round takes them all
+            made, real = follow(state.stacks, state.depth, state.lexer, jnp.maximum(local[:, 0], 0), valid)
+        else:  # K pairs a round
+            pair = jax.lax.dynamic_slice(pairs, (r * k,), (k,))
+            config = pair // z
+            fields = state.stacks[config], state.depth[config], state.lexer[config]
+            made, real = follow(*fields, jnp.maximum(local.reshape(-1)[pair], 0), r * k + jnp.arange(k) < count)
         made, real = jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), (made, real))  # [K * F]
         earlier = jnp.tril(jnp.ones((real.shape[0],) * 2, jnp.bool_), k=-1)
         fresh = real & ~(_same(made, kept) & live[None, :]).any(axis=1) & ~(_same(made, made) & earlier & real[None, :]).any(axis=1)
