@@ -268,16 +268,15 @@ def test_the_accelerator_paths_step_as_the_cpu_paths(g, tokens, monkeypatch):
 @pytest.mark.parametrize(
     "g, tokens, stack_depth",
     [
-        pytest.param(DANGLING_ELSE, None, None, id="dangling-else"),  # parse forks
         pytest.param(WORDS, WORDS_TOKENS, None, id="ambiguous-lexing"),
         pytest.param(JSON, None, None, id="json"),
         pytest.param(JSON, None, 5, id="json-overflowing"),  # paths that run out of stack depth
     ],
 )
 def test_the_path_walk_gives_the_chunk_walk_s_verdicts(g, tokens, stack_depth, monkeypatch):
-    """Small tries are walked by whole paths (`_walk_paths`), large ones a chunk at a time: along
-    random walks, under `lax.scan` and `vmap`, on the CPU and the accelerator paths, the masks
-    and states of both walks are equal, overflow included."""
+    """Small tries of tables that never fork are walked by whole paths (`_walk_paths`), others a
+    chunk at a time: along random walks, under `lax.scan` and `vmap`, on the CPU and the
+    accelerator paths, the masks and states of both walks are equal, overflow included."""
     monkeypatch.setattr(lr_engine, "ACCELERATOR_ACTIONS", 2)
     rng = np.random.default_rng(7)
     vocab = aj.Vocabulary.from_tokens(tokens or _character_tokens(g, rng, 40), eos_token_ids=[0])
@@ -296,7 +295,7 @@ def test_the_path_walk_gives_the_chunk_walk_s_verdicts(g, tokens, stack_depth, m
     for walk, nodes in (("chunks", -1), ("paths", 1 << 20)):
         monkeypatch.setattr(lr_engine, "PATH_NODES", nodes)
         monkeypatch.setattr(lr_engine, "PATH_LEVELS", 1 << 20)
-        assert lr_engine.walks_paths(cg) == (walk == "paths")
+        assert lr_engine.walks_paths(cg, cg.lr_actions()) == (walk == "paths")
         for platform in ("cpu", "accelerator"):
             with paths_of(platform):
                 step = jax.jit(lambda *args: scan_walks(*args))  # a new jit for each walk and set of paths

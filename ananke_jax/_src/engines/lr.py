@@ -282,40 +282,42 @@ def feed(lr: LRActions, stack, depth, terminals, length) -> _Parse:
 PATH_NODES, PATH_LEVELS = 48, 8
 
 
-def walks_paths(cg) -> bool:
-    """Whether ``cg``'s tries (static shapes) are walked by `_walk_paths`, not `_walk_chunks`."""
-    return cg.node_parent.shape[-1] - cg.lanes <= PATH_NODES and cg.chunk_start.shape[-1] <= PATH_LEVELS
+def walks_paths(cg, lr: LRActions) -> bool:
+    """Whether the verdicts are walked by `_walk_paths` rather than `_walk_chunks` (static): for
+    tables that never fork, with tries of at most `PATH_NODES` nodes and `PATH_LEVELS` chunks."""
+    return lr.forks == 1 and cg.node_parent.shape[-1] - cg.lanes <= PATH_NODES and cg.chunk_start.shape[-1] <= PATH_LEVELS
 
 
 def _walk_paths(cg, lr: LRActions, stack, depth, lexer, skip=False):
     """Feed every node of lexer state ``lexer``'s trie its whole path of terminals from the
     root, all nodes at once in one run: on a small trie, one loop whose trips are the actions of
     the longest path costs less than a loop over the chunks (shared prefixes are fed once per
-    node: more work, fewer trips). A trie is at most as deep as its chunks are many.
+    node: more work, fewer trips). A trie is at most as deep as its chunks are many. Tables that
+    never fork only: forks that took a terminal in different numbers of actions would run on
+    apart, where the chunk walk merges them at each node.
 
     Returns bool[N], the nodes whose terminal the configuration accepts (after their parents'),
-    and bool[N], those whose path ran out of stack depth or forks.
+    and bool[N], those whose path ran out of stack depth or of actions (D + 2 a terminal, over
+    the whole path).
     """
     n, levels, row = cg.node_parent.shape[-1] - cg.lanes, cg.chunk_start.shape[-1], cg.lexer_row[lexer]
     parent_of, column_of = cg.node_parent[row, :n], cg.node_column[row, :n]
     real = cg.node_chunk[row, :n] < jnp.where(skip, 0, cg.num_chunks[row])  # the padding is no node
-    # up[i, j]: the column of node i's ancestor j levels up (its own at j = 0; -1 past the root).
-    node, up = jnp.arange(n), []
+    # up[i, j]: the column of node i's ancestor j levels up (its own at j = 0); length: its depth.
+    node, up, length = jnp.arange(n), [], jnp.zeros(n, jnp.int32)
     for _ in range(levels):
-        up.append(jnp.where(node >= 0, column_of[jnp.maximum(node, 0)], -1))
+        up.append(column_of[jnp.maximum(node, 0)])
+        length = length + (node >= 0)
         node = jnp.where(node >= 0, parent_of[jnp.maximum(node, 0)], -1)
-    up = jnp.stack(up, axis=1)
-    length = jnp.where(real, (up >= 0).sum(axis=1), 0)
-    fresh = _fresh(lr, stack, depth)
-    lengths = length.reshape((n,) + (1,) * (fresh.packed.ndim - 1))  # against the forks' fields
+    up, length = jnp.stack(up, axis=1), jnp.where(real, length, 0)
 
     def step(p: _Parse) -> _Parse:
-        at = jnp.clip(lengths - 1 - p.pos, 0, levels - 1)  # the column of the next terminal
-        column = jnp.take_along_axis(up, at.reshape(n, -1), axis=1).reshape(at.shape)
+        column = jnp.take_along_axis(up, jnp.clip(length - 1 - p.pos, 0, levels - 1)[:, None], axis=1)[:, 0]
         return jax.vmap(lambda c, m, q: _act(lr, c, m, q))(column, length, p)
 
-    p = _run(step, _Parse(jnp.broadcast_to(fresh.packed, (n,) + fresh.packed.shape)), lengths, levels * (cg.stack_depth + 2), lr.forks)
-    return _any_fork(lr, p.ok & (p.pos >= lengths)) & real, _overflowed(lr, p)
+    fresh = _fresh(lr, stack, depth).packed
+    p = _run(step, _Parse(jnp.broadcast_to(fresh, (n,) + fresh.shape)), length, levels * (cg.stack_depth + 2), lr.forks)
+    return p.ok & (p.pos >= length) & real, p.overflow
 
 
 def _walk_chunks(cg, lr: LRActions, stack, depth, lexer, skip=False):
@@ -324,7 +326,7 @@ def _walk_chunks(cg, lr: LRActions, stack, depth, lexer, skip=False):
     parents were all refused are skipped (their nodes stay refused).
 
     Returns bool[N + lanes], the nodes whose terminal the configuration accepts, and
-    bool[N + lanes], those that ran out of stack depth or forks (or whose parent did).
+    bool[N + lanes], those that ran out of stack depth, forks or actions (or whose parent did).
     """
     lanes, fresh, row = cg.lanes, _fresh(lr, stack, depth), cg.lexer_row[lexer]
     parent_of, column_of, chunk_of = cg.node_parent[row], cg.node_column[row], cg.node_chunk[row]
@@ -396,9 +398,9 @@ def verdicts(cg, lr: LRActions, stack, depth, lexer, skip=False):
     """What one configuration allows: bool[P], its lexer state's outcomes that the stack takes
     (their terminals accepted, then one of their lookahead terminals, or none needed); bool[],
     whether the output is complete (EOS allowed); and bool[], whether an outcome was refused
-    for lack of stack depth. Where ``skip`` (bool[]), the trie walk stops after its first trip
-    and what it returns is to be ignored."""
-    accepted, overflowed = (_walk_paths if walks_paths(cg) else _walk_chunks)(cg, lr, stack, depth, lexer, skip)
+    for lack of stack depth. Where ``skip`` (bool[]), the trie walk walks nothing (by chunks:
+    it stops after its first trip) and what it returns is to be ignored."""
+    accepted, overflowed = (_walk_paths if walks_paths(cg, lr) else _walk_chunks)(cg, lr, stack, depth, lexer, skip)
     row = cg.lexer_row[lexer]
     node, lookahead = cg.outcome_node[row], cg.outcome_lookahead[row]
     terminals_ok = (node < 0) | accepted[jnp.maximum(node, 0)]

@@ -292,7 +292,8 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
     token; the survivors (deduplicated, at most K, in order) form the new state.
 
     The valid (configuration, outcome) pairs are gathered first and followed K at a time, so a
-    step costs what its valid pairs cost, not K times the largest outcome set. The first round
+    step costs what its valid pairs cost, not K times the largest outcome set (with one outcome
+    a token, the pairs are the configurations, in order). The first round
     runs outside the loop: it holds every pair of the usual step (with one outcome a token, every
     pair: there is no loop), and on an accelerator a loop trip (or a `lax.cond`) costs a read back
     of its predicate, more than a round's work. Where the LR tables conflict, a pair makes a
