@@ -303,13 +303,15 @@ def _walk_paths(cg, lr: LRActions, stack, depth, lexer, skip=False):
     n, levels, row = cg.node_parent.shape[-1] - cg.lanes, cg.chunk_start.shape[-1], cg.lexer_row[lexer]
     parent_of, column_of = cg.node_parent[row, :n], cg.node_column[row, :n]
     real = cg.node_chunk[row, :n] < jnp.where(skip, 0, cg.num_chunks[row])  # the padding is no node
-    # up[i, j]: the column of node i's ancestor j levels up (its own at j = 0); length: its depth.
-    node, up, length = jnp.arange(n), [], jnp.zeros(n, jnp.int32)
+    # up[i, j]: the column of node i's ancestor j levels up (its own at j = 0), -1 past the root
+    # (columns are >= 0, so a node's depth is its count of them; one fusion, where separate
+    # reads of the ancestors would each be a kernel).
+    node, up = jnp.arange(n), []
     for _ in range(levels):
-        up.append(column_of[jnp.maximum(node, 0)])
-        length = length + (node >= 0)
+        up.append(jnp.where(node >= 0, column_of[jnp.maximum(node, 0)], -1))
         node = jnp.where(node >= 0, parent_of[jnp.maximum(node, 0)], -1)
-    up, length = jnp.stack(up, axis=1), jnp.where(real, length, 0)
+    up = jnp.stack(up, axis=1)
+    length = jnp.where(real, (up >= 0).sum(axis=1, dtype=jnp.int32), 0)
 
     def step(p: _Parse) -> _Parse:
         column = jnp.take_along_axis(up, jnp.clip(length - 1 - p.pos, 0, levels - 1)[:, None], axis=1)[:, 0]
