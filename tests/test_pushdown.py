@@ -230,6 +230,17 @@ def test_forking_grammar_under_scan_vmap_and_jit_matches_the_step_by_step_walk()
             state = _advance(cg, state, token)
 
 
+def _scan_walks(cg, tokens):
+    """The masks and states along each walk of ``tokens`` (int32[W, T]): one `lax.scan` per walk,
+    vmapped over the walks."""
+
+    def walk(tokens):
+        body = lambda state, token: (aj.advance(cg, state, token), (aj.token_mask(cg, state), state))
+        return jax.lax.scan(body, cg.init_state(), tokens)[1]
+
+    return jax.vmap(walk)(tokens)
+
+
 @pytest.mark.parametrize(
     "g, tokens",
     [
@@ -249,17 +260,10 @@ def test_the_accelerator_paths_step_as_the_cpu_paths(g, tokens, monkeypatch):
     cg = compile_ir(g, vocab)
     walks = _random_walks(cg, vocab, rng, walks=6, steps=10)
 
-    def scan_walks(cg, tokens):
-        def walk(tokens):
-            body = lambda state, token: (aj.advance(cg, state, token), (aj.token_mask(cg, state), state))
-            return jax.lax.scan(body, cg.init_state(), tokens)[1]
-
-        return jax.vmap(walk)(tokens)
-
     stepped = {}
     for platform in ("cpu", "accelerator"):
         with paths_of(platform):
-            step = jax.jit(lambda *args: scan_walks(*args))  # a new jit for each set of paths
+            step = jax.jit(lambda *args: _scan_walks(*args))  # a new jit for each set of paths
             stepped[platform] = jax.device_get(step(cg, jnp.asarray(walks, jnp.int32)))
     assert int(stepped["cpu"][1].live.sum(axis=-1).max()) >= (1 if g is JSON else 2)
     chex.assert_trees_all_equal(stepped["cpu"], stepped["accelerator"])
@@ -284,13 +288,6 @@ def test_the_path_walk_gives_the_chunk_walk_s_verdicts(g, tokens, stack_depth, m
     cg = cg if stack_depth is None else dataclasses.replace(cg, stack_depth=stack_depth)
     walks = jnp.asarray(_random_walks(cg, vocab, rng, walks=6, steps=12), jnp.int32)
 
-    def scan_walks(cg, tokens):
-        def walk(tokens):
-            body = lambda state, token: (aj.advance(cg, state, token), (aj.token_mask(cg, state), state))
-            return jax.lax.scan(body, cg.init_state(), tokens)[1]
-
-        return jax.vmap(walk)(tokens)
-
     stepped = {}
     for walk, nodes in (("chunks", -1), ("paths", 1 << 20)):
         monkeypatch.setattr(lr_engine, "PATH_NODES", nodes)
@@ -298,7 +295,7 @@ def test_the_path_walk_gives_the_chunk_walk_s_verdicts(g, tokens, stack_depth, m
         assert lr_engine.walks_paths(cg, cg.lr_actions()) == (walk == "paths")
         for platform in ("cpu", "accelerator"):
             with paths_of(platform):
-                step = jax.jit(lambda *args: scan_walks(*args))  # a new jit for each walk and set of paths
+                step = jax.jit(lambda *args: _scan_walks(*args))  # a new jit for each walk and set of paths
                 stepped[walk, platform] = jax.device_get(step(cg, walks))
     if stack_depth is not None:
         assert stepped["chunks", "cpu"][1].overflow.any()
