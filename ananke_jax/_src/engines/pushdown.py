@@ -293,10 +293,10 @@ def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> Pushdo
 
     The valid (configuration, outcome) pairs are gathered first and followed K at a time, so a
     step costs what its valid pairs cost, not K times the largest outcome set (with one outcome
-    a token, the pairs are the configurations, in order). The first round
-    runs outside the loop: it holds every pair of the usual step (with one outcome a token, every
-    pair: there is no loop), and on an accelerator a loop trip (or a `lax.cond`) costs a read back
-    of its predicate, more than a round's work. Where the LR tables conflict, a pair makes a
+    a token, the pairs are the configurations, in order). The first round runs outside the
+    loop: it holds every pair of the usual step (with one outcome a token, every pair: there is
+    no loop), and on an accelerator a loop trip (or a `lax.cond`) costs a read back of its
+    predicate, more than a round's work. Where the LR tables conflict, a pair makes a
     configuration per fork of its simulation. EOS keeps the configurations, live if the output is
     complete, and marks the state finished.
     """
