@@ -13,8 +13,8 @@ from lark.parsers import grammar_analysis
 from ananke_jax import CompileBudget, GrammarError
 from ananke_jax._src.compile.budget import metered
 from ananke_jax._src.compile.grammar_sets import grammar_sets
-from ananke_jax._src.compile.lr import _lalr_analyzer, includes_lookback, lr_tables
-from ananke_jax._src.engines.lr import ACCEPT, ERROR, MAX_RULE_LENGTH, REDUCE, SHIFT
+from ananke_jax._src.compile.lr import _lalr_analyzer, fused_reductions, includes_lookback, lr_tables
+from ananke_jax._src.engines.lr import ACCEPT, ERROR, MAX_RULE_LENGTH, REDUCE, SHIFT, SHIFT_REDUCE
 from ananke_jax._src.errors import BudgetError
 from ananke_jax._src.ir import grammar
 
@@ -59,10 +59,12 @@ def lr_parse(tables, terminals: list[str]) -> str:
                     shifted.add((*stack, int(arg)))
                 elif kind == ACCEPT:
                     accepted = True
-                elif kind == REDUCE:
-                    below = stack[: len(stack) - int(tables.rule_length[arg])]
+                elif kind in (REDUCE, SHIFT_REDUCE):  # (a shift-reduce never pushed the state it pops)
+                    below = stack[: len(stack) - int(tables.rule_length[arg]) + (kind == SHIFT_REDUCE)]
                     after = (*below, int(tables.goto[below[-1], tables.rule_lhs[arg]]))
-                    if after not in seen and len(after) < 32:
+                    if kind == SHIFT_REDUCE:
+                        shifted.add(after)
+                    elif after not in seen and len(after) < 32:
                         seen.add(after)
                         todo.append(after)
         return shifted, accepted
@@ -75,14 +77,18 @@ def lr_parse(tables, terminals: list[str]) -> str:
     return "accept" if read(stacks, column["$END"])[1] else "viable"
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["tables", "fused-reductions"])
 @pytest.mark.parametrize(
     "g",
     [ARITHMETIC, LISTS, AMBIGUOUS, DANGLING_ELSE, OPTIONAL_SPACES, OPTIONAL_SEPARATORS],
     ids=["arithmetic", "lists", "ambiguous", "dangling-else", "optional-spaces", "optional-separators"],
 )
-def test_lr_agrees_with_earley_on_random_terminal_sequences(g):
+def test_lr_agrees_with_earley_on_random_terminal_sequences(g, fused):
     tables = lr_tables(g.validate(), max_actions=4)
     assert (tables.action_kind.shape[2] > 1) == (g not in (ARITHMETIC, LISTS))  # conflicts where meant
+    if fused:
+        tables = fused_reductions(tables)
+        assert (tables.action_kind == SHIFT_REDUCE).any()
     earley = EarleyRecogniser(g)
     char = {t.name: t.regex.replace("\\", "") for t in g.terminals}
     names = list(char)
@@ -96,6 +102,23 @@ def test_lr_agrees_with_earley_on_random_terminal_sequences(g):
         assert (result == "accept") == earley.accepts(data), seq
         assert (result != "error") == earley.viable(data), seq
     assert min(seen.values()) >= 10  # every outcome is exercised
+
+
+def test_fused_reductions_read_a_number_in_one_action_where_the_tables_take_three():
+    """``n`` from the start: a shift, then f ::= NUM and t ::= f in the tables (t ::= f's state
+    only reduces; t's may also shift STAR); one shift-reduce by f ::= NUM whose goto goes on
+    through t ::= f in the fused ones."""
+    tables = lr_tables(ARITHMETIC.validate())
+    fused = fused_reductions(tables)
+    num, star, start = tables.terminals.index("NUM"), tables.terminals.index("STAR"), tables.start_state
+    nonterminal = {name: i for i, name in enumerate(tables.nonterminals)}
+    assert tables.action_kind[start, num, 0] == SHIFT
+    assert fused.action_kind[start, num, 0] == SHIFT_REDUCE
+    assert tables.rule_lhs[fused.action_arg[start, num, 0]] == nonterminal["f"]
+    after_t = tables.goto[start, nonterminal["t"]]
+    assert fused.goto[start, nonterminal["f"]] == fused.goto[start, nonterminal["t"]] == after_t
+    assert tables.goto[start, nonterminal["f"]] != after_t
+    assert fused.action_kind[after_t, star, 0] == SHIFT
 
 
 def test_only_grammars_with_conflicts_have_cells_of_several_actions():

@@ -33,7 +33,7 @@ from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc, row_gro
 from ananke_jax._src.compile.budget import charge_bytes, check_time
 from ananke_jax._src.compile.lark_lexer import contextual_lexing
 from ananke_jax._src.compile.lexer import Lexer, begins_outside, build_lexer, without_empty_terminals
-from ananke_jax._src.compile.lr import LRTables, lr_tables, terminal_follow
+from ananke_jax._src.compile.lr import LRTables, fused_reductions, lr_tables, terminal_follow
 from ananke_jax._src.compile.outcome_trie import MAX_LANES, outcome_tries
 from ananke_jax._src.compile.outcome_walk import CHUNK_ROWS, Cuts, WalkedOutcomes, context_free_cuts, walk_outcomes
 from ananke_jax._src.compile.token_refs import spell_token_refs
@@ -55,7 +55,7 @@ class CFGTables:
 
     Attributes:
       lexer: the terminals' product automaton.
-      lr: the LALR(1) tables.
+      lr: the LALR(1) tables, shifts into states that only reduce fused with the reduction.
       column_terminal: int32[T], the lexer terminal of each LR column (-1: the end of input).
       outcome_terminals: int32[O, M], the LR columns an outcome completes (padded with -1).
       outcome_length: int32[O].
@@ -174,7 +174,7 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
 
     return CFGTables(
         lexer=lexer,
-        lr=lr,
+        lr=fused_reductions(lr),
         column_terminal=column_terminal.astype(np.int32),
         outcome_terminals=terminals,
         outcome_length=lengths,

@@ -20,24 +20,32 @@ from ananke_jax._src.engines.small_ops import any_last, count_before, min_last, 
 
 MAX_RULE_LENGTH = 1023  # the symbols of one alternative: an LR action packs them in 10 bits
 ERROR, SHIFT, REDUCE, ACCEPT = 0, 1, 2, 3  # the kinds of LR action in `PushdownGrammar.action_kind`
+# A shift into a state whose only action is one reduction, fused with it (`lr.fused_reductions`):
+# its argument is the rule; the state shifted to is never pushed.
+SHIFT_REDUCE = 4
 
 
 class LRActions(NamedTuple):
     """The LR tables in the form one parser action reads them (see `PushdownGrammar.lr_actions`)."""
 
-    action: jax.Array  # int32[S, T, A]: argument << 12 | states popped << 2 | kind (a reduction's argument: its rule's lhs)
+    action: jax.Array  # int32[S, T, A]: argument << 12 | states popped << 2 | kind, see `pack_actions`
     goto: jax.Array  # int32[S, G]: the state pushed after reducing to each nonterminal
     forks: int  # F, the parses a simulation keeps: 1 where no cell conflicts (A = 1)
 
 
-def pack_actions(action_kind, action_arg, rule_lhs, rule_length) -> jax.Array:
+def pack_actions(action_kind, action_arg, rule_lhs, rule_length):
     """int32[S, T, A]: `LRActions.action` from the LR tables (a shift's argument is its state, a
-    reduction's its rule)."""
-    kind = action_kind.astype(jnp.int32)
-    reduce = kind == REDUCE
-    arg = jnp.where(reduce, rule_lhs[action_arg], action_arg)
-    popped = jnp.where(reduce, rule_length[action_arg], 0)
-    return jnp.left_shift(arg, 12) | jnp.left_shift(popped, 2) | kind
+    reduction's its rule), numpy or jax arrays alike: ``argument << 12 | states popped << 2 | kind``.
+    A `SHIFT_REDUCE` packs as a `REDUCE` that consumes the terminal and pops one state fewer (the
+    one it never pushed); a reduction's packed argument is its rule's lhs << 1 | whether it
+    consumes."""
+    kind = action_kind.astype(np.int32)
+    fused = kind == SHIFT_REDUCE
+    reduce = (kind == REDUCE) | fused
+    rule = action_arg * reduce  # (a shift's argument is no rule)
+    arg = reduce * (rule_lhs[rule] * 2 + fused) + ~reduce * action_arg
+    popped = reduce * (rule_length[rule] - fused)
+    return ((arg << 12) | (popped << 2) | (kind - fused * (SHIFT_REDUCE - REDUCE))).astype(np.int32)
 
 
 def fork_width(action_columns: int, max_configs: int) -> int:
@@ -102,14 +110,15 @@ class _Move(NamedTuple):
 def _move(lr: LRActions, entry, length, p, below_of) -> _Move:
     """The action ``entry`` (packed) on a parse with fields ``p`` (a `_Parse` or anything with its
     fields, broadcast against ``entry``) while ``pos < length`` (a no-op once the input is used
-    up or rejected): a shift or accept consumes a terminal, a reduction pops and pushes a goto.
-    ``below_of(i)`` reads the stack at indices ``i`` (shaped as ``entry``)."""
+    up or rejected): a shift or accept consumes a terminal, a reduction pops and pushes a goto
+    (and consumes one where fused with the shift before it). ``below_of(i)`` reads the stack at
+    indices ``i`` (shaped as ``entry``)."""
     active = p.ok & (p.pos < length)
     kind, popped, arg = entry & 3, jnp.right_shift(entry, 2) & MAX_RULE_LENGTH, jnp.right_shift(entry, 12)
-    is_shift, is_accept = kind == SHIFT, kind == ACCEPT
-    push = is_shift | (kind == REDUCE)
+    is_shift, is_accept, is_reduce = kind == SHIFT, kind == ACCEPT, kind == REDUCE
+    push = is_shift | is_reduce
     at = p.height - popped
-    pushed = jnp.where(is_shift, arg, lr.goto[below_of(jnp.maximum(at - 1, 0)), arg])
+    pushed = jnp.where(is_shift, arg, lr.goto[below_of(jnp.maximum(at - 1, 0)), jnp.right_shift(arg, 1)])
     full = push & (at >= p.stack.shape[-1])
     write = active & push & ~full
     return _Move(
@@ -118,7 +127,7 @@ def _move(lr: LRActions, entry, length, p, below_of) -> _Move:
         write=write,
         height=jnp.where(active, at + write, p.height),
         top=jnp.where(write, pushed, p.top),
-        pos=p.pos + (active & (is_shift | is_accept)),
+        pos=p.pos + (active & (is_shift | is_accept | (is_reduce & ((arg & 1) == 1)))),
         ok=p.ok & ~(active & (full | ~(push | is_accept))),
         overflow=p.overflow | (active & full),
     )

@@ -22,7 +22,7 @@ from ananke_jax._src.bank import per_lexer_state, trie_parents
 from ananke_jax._src.compile.arrays import pack_bits
 from ananke_jax._src.compile.cfg import EMPTY_SET
 from ananke_jax._src.compile.outcome_trie import NO_CHUNK, chunk_layout
-from ananke_jax._src.engines.lr import REDUCE, SHIFT
+from ananke_jax._src.engines.lr import SHIFT, pack_actions
 from ananke_jax._src.engines.pooled import Pooled, PoolTables, PushdownPool, RegularPool
 from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.engines.regular import RegularGrammar
@@ -542,12 +542,10 @@ class GrammarPool:
         if written:
             self._write("pushdown", "mask_rows", np.asarray(written, np.int32), np.stack(contents))
         shift = lambda x, by: np.where(x >= 0, x + by, x)
-        kind, arg = host["action_kind"].astype(np.int32), host["action_arg"]
-        reduce, rule = kind == REDUCE, np.where(kind == REDUCE, arg, 0)
-        packed_arg = np.where(reduce, host["rule_lhs"][rule], np.where(kind == SHIFT, arg + base["LR states"], arg))
-        popped = np.where(reduce, host["rule_length"][rule], 0)
+        kind, arg = host["action_kind"], host["action_arg"]
+        arg = np.where(kind == SHIFT, arg + base["LR states"], arg)
         rows = {
-            "packed_action": (packed_arg << 12) | (popped << 2) | kind,
+            "packed_action": pack_actions(kind, arg, host["rule_lhs"], host["rule_length"]),
             "goto": host["goto"] + base["LR states"],
             "lexer_row": base["lexer states"] + np.arange(lexer_states),
             "node_parent": host["node_parent"][:, : cap.trie_nodes],  # past its last node + lanes: padding
