@@ -3,6 +3,8 @@ whose conflicting cells hold every action (followed GLR-style, each fork a stack
 
 import sys
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -14,7 +16,7 @@ from ananke_jax import CompileBudget, GrammarError
 from ananke_jax._src.compile.budget import metered
 from ananke_jax._src.compile.grammar_sets import grammar_sets
 from ananke_jax._src.compile.lr import _lalr_analyzer, fused_reductions, includes_lookback, lr_tables
-from ananke_jax._src.engines.lr import ACCEPT, ERROR, MAX_RULE_LENGTH, REDUCE, SHIFT, SHIFT_REDUCE
+from ananke_jax._src.engines.lr import ACCEPT, ERROR, MAX_RULE_LENGTH, REDUCE, SHIFT, SHIFT_REDUCE, LRActions, feed, pack_actions
 from ananke_jax._src.errors import BudgetError
 from ananke_jax._src.ir import grammar
 
@@ -119,6 +121,30 @@ def test_fused_reductions_read_a_number_in_one_action_where_the_tables_take_thre
     assert fused.goto[start, nonterminal["f"]] == fused.goto[start, nonterminal["t"]] == after_t
     assert tables.goto[start, nonterminal["f"]] != after_t
     assert fused.action_kind[after_t, star, 0] == SHIFT
+
+
+def test_actions_pack_alike_on_the_host_and_on_device():
+    tables = fused_reductions(lr_tables(AMBIGUOUS.validate(), max_actions=4))
+    fields = (tables.action_kind, tables.action_arg, tables.rule_lhs, tables.rule_length)
+    host = pack_actions(*fields)
+    assert host.dtype == np.int32 and (tables.action_kind == SHIFT_REDUCE).any()
+    np.testing.assert_array_equal(host, np.asarray(jax.jit(pack_actions)(*fields)))
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["tables", "fused-reductions"])
+def test_a_shift_reduce_needs_stack_room_only_for_what_it_pushes(fused):
+    """``( n )`` on a stack of 3 states: the plain tables shift RP onto a full stack (overflow);
+    fused, RP's shift-reduce by f ::= LP e RP pops two states and pushes one."""
+    tables = lr_tables(ARITHMETIC.validate())
+    tables = fused_reductions(tables) if fused else tables
+    lr = LRActions(
+        jnp.asarray(pack_actions(tables.action_kind, tables.action_arg, tables.rule_lhs, tables.rule_length)), jnp.asarray(tables.goto), 1
+    )
+    columns = jnp.asarray([tables.terminals.index(name) for name in ("LP", "NUM", "RP", "$END")], jnp.int32)
+    stack = jnp.zeros(3, jnp.int32).at[0].set(tables.start_state)
+    p = feed(lr, stack, jnp.int32(1), columns, jnp.int32(4))
+    assert bool(p.ok[0] & (p.pos[0] == 4)) == fused
+    assert bool(p.overflow[0]) == (not fused)
 
 
 def test_only_grammars_with_conflicts_have_cells_of_several_actions():

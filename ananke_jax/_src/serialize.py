@@ -15,7 +15,9 @@ from ananke_jax._src.engines.pushdown import PushdownGrammar, PushdownState
 from ananke_jax._src.engines.regular import RegularGrammar, RegularState
 
 _KINDS = {"regular": RegularGrammar, "pushdown": PushdownGrammar}
-_FORMAT = 1
+# Format 2: a pushdown table's action kinds may be SHIFT_REDUCE, which a reader of format 1 would
+# misread. Files of format 1 hold none and load as they are.
+_FORMAT, _READABLE = 2, (1, 2)
 
 
 def save_constraint(constraint: RegularGrammar | PushdownGrammar, path: str | os.PathLike) -> None:
@@ -44,7 +46,7 @@ def load_constraint(path: str | os.PathLike) -> RegularGrammar | PushdownGrammar
             arrays = {name: jnp.asarray(data[name]) for name in data.files if name != "__header__"}
     except (OSError, KeyError, ValueError) as e:
         raise ValueError(f"{path}: not a saved ananke_jax constraint ({e})") from e
-    if header.get("format") != _FORMAT or header.get("kind") not in _KINDS:
+    if header.get("format") not in _READABLE or header.get("kind") not in _KINDS:
         raise ValueError(f"{path}: unknown constraint file format {header.get('format')!r}, kind {header.get('kind')!r}")
     return _KINDS[header["kind"]](**arrays, **header["static"])
 

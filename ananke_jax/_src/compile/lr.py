@@ -55,7 +55,8 @@ class LRTables:
         `fused_reductions`): the actions of each cell, A of them where cells conflict most
         (1 for an LALR(1) grammar), ERROR-padded.
       action_arg: int32[S, T + 1, A], the state to shift to, or the rule to reduce by.
-      goto: int32[S, N], the state after reducing to a nonterminal (-1 where undefined).
+      goto: int32[S, N], the state after reducing to a nonterminal (-1 where undefined; after
+        `fused_reductions`, the state after the unit rules that follow).
       rule_lhs: int32[R], the goto column of each rule's left-hand side.
       rule_length: int32[R], the number of symbols each rule pops.
       start_state: the state before any input.
@@ -172,27 +173,31 @@ def fused_reductions(tables: LRTables) -> LRTables:
     goes on to that rule's goto, for one parser action where there were two or more (a JSON
     document's parse: 46 actions for 21 terminals, 35 fused).
 
-    Those states' lookaheads are not checked then, and the language stays the same: an LALR parser
-    that reduces without its lookahead still refuses a terminal before shifting it (the states below
-    hold what may follow the rule's lhs there, a subset of that lookahead), so every terminal and
-    the end of input are taken exactly as before."""
+    Those states' lookaheads go unchecked, and the language stays the same: a fused reduction
+    still pops its rule's states and pushes its goto, so every stack is still a path of the LR(0)
+    automaton and a shift still extends a viable prefix (ACCEPT is only entered from the start
+    state, once the whole input reduced to the start symbol). A refusal the skipped state would
+    have made comes before the next shift; with forks, such a parse holds its fork until then."""
     kind, arg, goto, states = tables.action_kind, tables.action_arg, tables.goto, len(tables.goto)
     acting, reduces = (kind != ERROR).reshape(states, -1), (kind == REDUCE).reshape(states, -1)
     rule = np.where(reduces, arg.reshape(states, -1), -1).max(axis=1, initial=-1)  # a state's last reduction's
+    length = tables.rule_length[np.maximum(rule, 0)]
     only_reduces = (
         reduces.any(axis=1)
         & (reduces == acting).all(axis=1)
         & ((arg.reshape(states, -1) == rule[:, None]) | ~acting).all(axis=1)
         & (goto < 0).all(axis=1)
-        & (tables.rule_length[np.maximum(rule, 0)] > 0)
+        & (length > 0)
     )
     target = np.where(kind == SHIFT, arg, 0)
     fused = (kind == SHIFT) & only_reduces[target]
     # A unit rule's reduction pops the state its goto pushed: the state below is the goto's own.
-    unit_lhs = np.where(only_reduces & (tables.rule_length[np.maximum(rule, 0)] == 1), tables.rule_lhs[np.maximum(rule, 0)], -1)
+    unit_lhs = np.where(only_reduces & (length == 1), tables.rule_lhs[np.maximum(rule, 0)], -1)
     fused_goto = goto.copy()
     row, column = np.nonzero((goto >= 0) & (unit_lhs[np.maximum(goto, 0)] >= 0))
-    for _ in range(goto.shape[1]):  # (a chain of unit rules through distinct nonterminals)
+    # Chains of unit rules go through distinct nonterminals; a cycle of them (an ambiguous
+    # grammar) stops after as many steps, in a unit state the parser then reduces as usual.
+    for _ in range(goto.shape[1]):
         if not len(row):
             break
         fused_goto[row, column] = goto[row, unit_lhs[fused_goto[row, column]]]

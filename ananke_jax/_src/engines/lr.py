@@ -42,7 +42,7 @@ def pack_actions(action_kind, action_arg, rule_lhs, rule_length):
     kind = action_kind.astype(np.int32)
     fused = kind == SHIFT_REDUCE
     reduce = (kind == REDUCE) | fused
-    rule = action_arg * reduce  # (a shift's argument is no rule)
+    rule = action_arg * reduce  # (a shift's argument is no rule; `reduce` is bool, so ~reduce is its complement)
     arg = reduce * (rule_lhs[rule] * 2 + fused) + ~reduce * action_arg
     popped = reduce * (rule_length[rule] - fused)
     return ((arg << 12) | (popped << 2) | (kind - fused * (SHIFT_REDUCE - REDUCE))).astype(np.int32)
