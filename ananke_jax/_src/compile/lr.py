@@ -193,8 +193,8 @@ def fused_reductions(tables: LRTables) -> LRTables:
     fused = (kind == SHIFT) & only_reduces[target]
     # A unit rule's reduction pops the state its goto pushed: the state below is the goto's own.
     unit_lhs = np.where(only_reduces & (length == 1), tables.rule_lhs[np.maximum(rule, 0)], -1)
-    fused_goto = goto.copy()
-    row, column = np.nonzero((goto >= 0) & (unit_lhs[np.maximum(goto, 0)] >= 0))
+    row, column = np.nonzero((unit_lhs >= 0)[goto] & (goto >= 0))  # (bool gathers: goto may be large)
+    fused_goto = goto.copy() if len(row) else goto
     # Chains of unit rules go through distinct nonterminals; a cycle of them (an ambiguous
     # grammar) stops after as many steps, in a unit state the parser then reduces as usual.
     for _ in range(goto.shape[1]):
