@@ -123,12 +123,15 @@ def test_fused_reductions_read_a_number_in_one_action_where_the_tables_take_thre
     assert fused.action_kind[after_t, star, 0] == SHIFT
 
 
+def _action_fields(tables):
+    return tables.action_kind, tables.action_arg, tables.rule_lhs, tables.rule_length
+
+
 def test_actions_pack_alike_on_the_host_and_on_device():
     tables = fused_reductions(lr_tables(AMBIGUOUS.validate(), max_actions=4))
-    fields = (tables.action_kind, tables.action_arg, tables.rule_lhs, tables.rule_length)
-    host = pack_actions(*fields)
+    host = pack_actions(*_action_fields(tables))
     assert host.dtype == np.int32 and (tables.action_kind == SHIFT_REDUCE).any()
-    np.testing.assert_array_equal(host, np.asarray(jax.jit(pack_actions)(*fields)))
+    np.testing.assert_array_equal(host, np.asarray(jax.jit(pack_actions)(*_action_fields(tables))))
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["tables", "fused-reductions"])
@@ -137,9 +140,7 @@ def test_a_shift_reduce_needs_stack_room_only_for_what_it_pushes(fused):
     fused, RP's shift-reduce by f ::= LP e RP pops two states and pushes one."""
     tables = lr_tables(ARITHMETIC.validate())
     tables = fused_reductions(tables) if fused else tables
-    lr = LRActions(
-        jnp.asarray(pack_actions(tables.action_kind, tables.action_arg, tables.rule_lhs, tables.rule_length)), jnp.asarray(tables.goto), 1
-    )
+    lr = LRActions(jnp.asarray(pack_actions(*_action_fields(tables))), jnp.asarray(tables.goto), 1)
     columns = jnp.asarray([tables.terminals.index(name) for name in ("LP", "NUM", "RP", "$END")], jnp.int32)
     stack = jnp.zeros(3, jnp.int32).at[0].set(tables.start_state)
     p = feed(lr, stack, jnp.int32(1), columns, jnp.int32(4))

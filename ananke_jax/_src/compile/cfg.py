@@ -55,7 +55,7 @@ class CFGTables:
 
     Attributes:
       lexer: the terminals' product automaton.
-      lr: the LALR(1) tables, shifts into states that only reduce fused with the reduction.
+      lr: the LALR(1) tables, with `lr.fused_reductions`.
       column_terminal: int32[T], the lexer terminal of each LR column (-1: the end of input).
       outcome_terminals: int32[O, M], the LR columns an outcome completes (padded with -1).
       outcome_length: int32[O].

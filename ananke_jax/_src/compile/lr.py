@@ -181,7 +181,7 @@ def fused_reductions(tables: LRTables) -> LRTables:
     kind, arg, goto, states = tables.action_kind, tables.action_arg, tables.goto, len(tables.goto)
     acting, reduces = (kind != ERROR).reshape(states, -1), (kind == REDUCE).reshape(states, -1)
     rule = np.where(reduces, arg.reshape(states, -1), -1).max(axis=1, initial=-1)  # a state's last reduction's
-    length = tables.rule_length[np.maximum(rule, 0)]
+    length, lhs = tables.rule_length[np.maximum(rule, 0)], tables.rule_lhs[np.maximum(rule, 0)]
     only_reduces = (
         reduces.any(axis=1)
         & (reduces == acting).all(axis=1)
@@ -192,16 +192,17 @@ def fused_reductions(tables: LRTables) -> LRTables:
     target = np.where(kind == SHIFT, arg, 0)
     fused = (kind == SHIFT) & only_reduces[target]
     # A unit rule's reduction pops the state its goto pushed: the state below is the goto's own.
-    unit_lhs = np.where(only_reduces & (length == 1), tables.rule_lhs[np.maximum(rule, 0)], -1)
-    row, column = np.nonzero((unit_lhs >= 0)[goto] & (goto >= 0))  # (bool gathers: goto may be large)
+    unit = only_reduces & (length == 1)
+    into_unit = lambda to: (to >= 0) & unit[to]  # (bool gathers: goto may be large)
+    row, column = np.nonzero(into_unit(goto))
     fused_goto = goto.copy() if len(row) else goto
     # Chains of unit rules go through distinct nonterminals; a cycle of them (an ambiguous
     # grammar) stops after as many steps, in a unit state the parser then reduces as usual.
     for _ in range(goto.shape[1]):
         if not len(row):
             break
-        fused_goto[row, column] = goto[row, unit_lhs[fused_goto[row, column]]]
-        going_on = np.flatnonzero((fused_goto[row, column] >= 0) & (unit_lhs[np.maximum(fused_goto[row, column], 0)] >= 0))
+        fused_goto[row, column] = goto[row, lhs[fused_goto[row, column]]]
+        going_on = np.flatnonzero(into_unit(fused_goto[row, column]))
         row, column = row[going_on], column[going_on]
     return dataclasses.replace(
         tables,
