@@ -162,17 +162,23 @@ def test_a_schema_split_into_small_terminals_allows_what_its_token_dfa_allows(na
 
 def test_long_strings_split_into_pieces_keep_their_closing_quotes_and_their_loops(sentencepiece_vocab, monkeypatch):
     """A string's characters too many for one small terminal are a terminal with the closing
-    quote (not one of their own, which would end where it counts characters): the lexer keeps
-    their loops, stepped per vocabulary, and whole masks equal the token DFA's."""
+    quote (not one of their own, which would end where it counts characters), those of one set
+    of code points alike: the lexer keeps the loops of both languages, stepped per vocabulary,
+    and whole masks equal the token DFA's."""
     from ananke_jax._src.compile import cfg
 
     strings_ = {"type": "string", "maxLength": 300}
-    schema = {"type": "object", "properties": {"a": strings_, "b": strings_, "n": {"type": "integer"}}, "required": ["a", "n"]}
+    slug = {"type": "string", "pattern": "^[a-z0-9-]*$", "maxLength": 300}
+    schema = {"type": "object", "properties": {"a": strings_, "b": strings_, "s": slug, "n": {"type": "integer"}}, "required": ["a", "n"]}
     rules = json_schema_rules(schema, placeholder_gaps=True)
     lexers, real = [], cfg._lexer_with_loops
     monkeypatch.setattr(cfg, "_lexer_with_loops", lambda *args: lexers.append(real(*args)) or lexers[-1])
     split = compile_in_pieces(rules, sentencepiece_vocab, 40, gap_run=MAX_WHITESPACE_RUN, stack_depth=64, max_configs=8)
-    assert isinstance(split, aj.PushdownGrammar) and lexers[-1][1] is not None
+    assert isinstance(split, aj.PushdownGrammar)
+    characters, slug_characters = sorted(
+        (loop.language for loop in lexers[-1][1]), key=lambda language: language is not strings.string_units()
+    )
+    assert characters is strings.string_units() and slug_characters.dfa.accepts(b"a-9") and not slug_characters.dfa.accepts(b"A")
     whole = aj.compile_json_schema(schema, sentencepiece_vocab)
     assert isinstance(whole, aj.RegularGrammar)
     _assert_walks_alike(split, whole, sentencepiece_vocab, seed=4, walks=6, steps=40)
@@ -314,7 +320,8 @@ LOOPED = {
     },
     "any_value": {},
     # Strings of one set of code points under length bounds loop as that set's characters: the
-    # longest class's, beside free strings and another class (spelled out, one unit for two).
+    # longest class's, another class spelled out (one placeholder byte for both), and beside them
+    # the free strings' characters loop too.
     "class_bounded_strings": {
         "type": "object",
         "properties": {
@@ -350,9 +357,10 @@ def test_strings_stepped_as_unit_loops_allow_what_spelled_strings_allow(name, re
         cfg, "_loop_outcomes", lambda lexer, loops, *rest: languages.append(loops.language) or loop_outcomes(lexer, loops, *rest)
     )
     cg = aj.compile_grammar(looped, vocab)
-    if name == "class_bounded_strings":  # arn's characters: no whitespace, and more than [a-z0-9-]
-        (language,) = languages
+    if name == "class_bounded_strings":  # arn's characters: no whitespace, and more than [a-z0-9-]; a string's
+        language, characters = languages
         assert language.dfa.accepts('A\\"é'.encode()) and not language.dfa.accepts(b" ")
+        assert characters is strings.string_units()
     elif name == "number_class_strings":
         (language,) = languages
         assert language.dfa.num_states > 50 and language.dfa.accepts("\u0663 9.".encode()) and not language.dfa.accepts(b"a")
@@ -375,7 +383,7 @@ def test_a_lexer_that_cannot_keep_string_loops_spells_them_out(sentencepiece_voc
     looped = grammar(TerminalDef("A", "a string", placeholders, strings.string_units()))
     spelled = grammar(TerminalDef("A", "a string", rx.to_dfa(body)))
     ir, dfas = without_empty_terminals(looped)
-    assert _lexer_with_loops(ir.terminals, dfas, np.ones((1, 2), bool))[1] is None
+    assert _lexer_with_loops(ir.terminals, dfas, np.ones((1, 2), bool))[1] == ()
     compiled = (aj.compile_grammar(g, sentencepiece_vocab) for g in (looped, spelled))
     _assert_walks_alike(*compiled, sentencepiece_vocab, seed=0, walks=20, steps=10)
 
@@ -402,7 +410,7 @@ def test_a_lexer_whose_terminal_ends_inside_a_loop_walks_its_spliced_units_whole
     lexer, loops = _lexer_with_loops(ir.terminals, dfas, begins)
     assert len(built) == 1
     spelled_ir, spelled_dfas = without_empty_terminals(spelled)
-    assert loops is None and lexer.num_states == build_lexer(spelled_ir.terminals, spelled_dfas, begins).num_states
+    assert loops == () and lexer.num_states == build_lexer(spelled_ir.terminals, spelled_dfas, begins).num_states
     compiled = (aj.compile_grammar(g, sentencepiece_vocab) for g in (looped, spelled))
     _assert_walks_alike(*compiled, sentencepiece_vocab, seed=1, walks=20, steps=10)
 

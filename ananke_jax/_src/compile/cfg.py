@@ -39,7 +39,7 @@ from ananke_jax._src.compile.outcome_walk import CHUNK_ROWS, Cuts, WalkedOutcome
 from ananke_jax._src.compile.token_refs import spell_token_refs
 from ananke_jax._src.compile.token_table import spell_tokens
 from ananke_jax._src.compile.token_trie import TokenTrie, classes_of_hashes, distinct_rows
-from ananke_jax._src.compile.unit_loops import LoopColumns, UnitLoops, completed_into, expand_unit_loops, loop_columns
+from ananke_jax._src.compile.unit_loops import LoopColumns, UnitLanguage, UnitLoops, completed_into, expand_unit_loops, loop_columns
 from ananke_jax._src.engines.lr import fork_width
 from ananke_jax._src.engines.pushdown import PushdownGrammar
 from ananke_jax._src.errors import GrammarError
@@ -97,7 +97,7 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
         if any(t.not_followed_by for t in grammar.terminals):
             raise GrammarError("lexer='lark' takes no terminal's not_followed_by: Lark's lexer reads the next text itself")
         lexing = contextual_lexing(grammar, dfas, lr, follow)
-        lr, lexer, loops, column_terminal = lexing.lr, lexing.lexer, None, lexing.column_terminal
+        lr, lexer, loops, column_terminal = lexing.lr, lexing.lexer, (), lexing.column_terminal
         # The byte classes also keep apart the bytes that cuts treat differently.
         spelled = spell_tokens(np.vstack([lexer.transitions, lexing.cut_targets.reshape(-1, 256)]), vocab, merged=False)
         transitions, targets = np.split(spelled.transitions, [lexer.num_states])
@@ -126,17 +126,20 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
 
     # Later starts are never between tokens; loops' states get their outcomes per vocabulary.
     later = np.setdiff1d(lexer.starts[1:], lexer.starts[:1])  # (a context's start may be the initial one)
-    skipped = later if loops is None else np.union1d(later, loops.rows[0])
+    skipped = functools.reduce(np.union1d, [loop.rows[0] for loop in loops], later)
     walked = walk(transitions, spelled.trie, np.setdiff1d(np.arange(1, lexer.num_states), skipped))
-    looped = None if loops is None else _loop_outcomes(lexer, loops, vocab, walk)
+    looped = [_loop_outcomes(lexer, loop, vocab, walk) for loop in loops]
     check_time()
     q, column, outcome, table = walked.q, walked.column, walked.outcome, (walked.terminals, walked.lengths, walked.lexer_after)
-    if looped is not None:  # their rows follow the walk's, one pseudo-column per value after the columns
-        table, (ids, looped_ids) = _merged_outcomes(table, looped.outcomes)
-        pair_q, pair_value, pair_outcome = looped.triples(looped_ids)
+    # Each loop's rows follow those before, one pseudo-column per value after their columns.
+    firsts = [walked.num_columns + 1]  # each loop's first pseudo-column, and the end of the last
+    for loop in looped:
+        table, (ids, looped_ids) = _merged_outcomes(table, loop.outcomes)
+        pair_q, pair_value, pair_outcome = loop.triples(looped_ids)
         q = np.concatenate([q, pair_q])
-        column = np.concatenate([column, walked.num_columns + 1 + pair_value])
+        column = np.concatenate([column, firsts[-1] + pair_value])
         outcome = np.concatenate([ids[outcome], pair_outcome])
+        firsts.append(firsts[-1] + int(pair_value.max(initial=0)) + 1)
     terminals, lengths, lexer_after = table
     # The (state, outcome) pairs that occur, sorted; an outcome's local index is its rank in its
     # state's row (a dense [Q, O] table of them took gigabytes on large lexers).
@@ -164,12 +167,12 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
     class_index[representatives] = np.arange(len(representatives))
     chosen = is_walked & (class_index[np.minimum(group_column, walked.num_columns)] >= 0)
     walked_sets = (group_q[chosen], class_index[group_column[chosen]], set_of_group[chosen])
-    if looped is None:
-        parts = [(*walked_sets, np.arange(len(representatives)))]
-    else:
-        token_class, walked_of_class, loop_of_class = looped.split_classes(token_class)
-        looped_sets = looped.sets(set_of_group[~is_walked])
-        parts = [(*walked_sets, walked_of_class), (*looped_sets, loop_of_class)]
+    read_by_class = [np.arange(len(representatives))]  # per part, the column each token class reads
+    for loop in looped:
+        token_class, before, loop_of_class = loop.split_classes(token_class)
+        read_by_class = [*(reads[before] for reads in read_by_class), loop_of_class]
+    loop_sets = [loop.sets(set_of_group[(group_column >= lo) & (group_column < hi)]) for loop, lo, hi in zip(looped, firsts, firsts[1:])]
+    parts = [(*sets, reads) for sets, reads in zip([walked_sets, *loop_sets], read_by_class)]
     class_row, class_set = _class_table(lexer.num_states, parts)
 
     return CFGTables(
@@ -189,37 +192,56 @@ def cfg_tables(grammar: Grammar, vocab: Vocabulary, *, max_actions: int = 1) -> 
 
 def _lexer_with_loops(
     terminals: tuple[TerminalDef, ...], dfas: dict[str, ByteDFA], begins: np.ndarray, excluded: tuple[tuple, ...] | None = None
-) -> tuple[Lexer, UnitLoops | None]:
+) -> tuple[Lexer, tuple[UnitLoops, ...]]:
     """The lexer (`build_lexer`), the terminals' placeholder units (`TerminalDef.units`) spliced
     in as loops (`unit_loops.expand_unit_loops`), whose states `_loop_outcomes` steps per
-    vocabulary. One language loops, the one whose loops hold the most states (those that read a
-    placeholder, times the live states of a unit); the others' terminals are spelled out. Where
-    a terminal ends inside a loop, or a loop's state reads other bytes, the units are spliced in
+    vocabulary. A language loops for each placeholder byte, the one whose loops hold the most
+    states (those that read a placeholder, times the live states of a unit: a JSON string's
+    characters, say, and one set of code points); the others' terminals are spelled out. Where
+    a terminal ends inside a loop, or a loop's state reads other bytes, its units are spliced in
     all the same but walked with the other states (no loops); where a lexer state reads a unit
-    beside a terminal that begins with one of its bytes, the lexer is built again from the
-    terminals with their units spelled out."""
+    beside a terminal that begins with one of its bytes, the lexer is built again with that
+    language's terminals spelled out."""
     held = collections.Counter()
     for t in terminals:
         if t.units is not None:
             reading = np.count_nonzero(dfas[t.name].transitions[:, t.units.placeholder])
             held[t.units] += int(reading) * (t.units.dfa.num_states - 1)
-    kept = held.most_common(1)[0][0] if held else None
-    dfas = {t.name: dfas[t.name] if t.units in (None, kept) else expand_unit_loops(dfas[t.name], t.units)[0] for t in terminals}
-    lexer = build_lexer(terminals, dfas, begins, excluded)
-    if kept is None:
-        return lexer, None
+    kept: list[UnitLanguage] = []
+    for language, _ in held.most_common():
+        if all(language.placeholder != other.placeholder for other in kept):
+            kept.append(language)
+    while True:
+        spelled = {
+            t.name: dfas[t.name] if t.units is None or t.units in kept else expand_unit_loops(dfas[t.name], t.units)[0] for t in terminals
+        }
+        lexer, loops = build_lexer(terminals, spelled, begins, excluded), []
+        for language in kept:
+            spliced = _spliced(lexer, language)
+            if spliced is None:
+                kept.remove(language)
+                break
+            lexer, loop = spliced
+            loops += [] if loop is None else [loop]
+        else:
+            return lexer, tuple(loops)
+
+
+def _spliced(lexer: Lexer, language: UnitLanguage) -> tuple[Lexer, UnitLoops | None] | None:
+    """``lexer`` with the units of ``language`` spliced in, and their loops where they can be
+    stepped per vocabulary (None: no terminal ends inside them); None where a state reads a unit
+    beside a byte that begins one (`expand_unit_loops`)."""
     whole = ByteDFA(lexer.transitions, lexer.ends.any(axis=1), lexer.start)
-    expanded = expand_unit_loops(whole, kept, "the lexer (the terminals' product automaton)")
-    if expanded is not None:
-        dfa, loops = expanded
-        # A state inside a unit ends no terminal and is alive for those of the state the unit completes into.
-        new = completed_into(whole, kept)
-        ends = np.vstack([lexer.ends, np.zeros((len(new), len(terminals)), bool)])
-        lexer = Lexer(lexer.terminals, dfa.transitions, ends, np.vstack([lexer.alive, lexer.alive[new]]), lexer.starts)
-        steppable = loops is not None and not lexer.ends[np.flatnonzero(loops.unit_target)].any()
-        return lexer, loops if steppable else None
-    spelled = {t.name: expand_unit_loops(dfas[t.name], kept)[0] if t.units is kept else dfas[t.name] for t in terminals}
-    return build_lexer(terminals, spelled, begins, excluded), None
+    expanded = expand_unit_loops(whole, language, "the lexer (the terminals' product automaton)")
+    if expanded is None:
+        return None
+    dfa, loops = expanded
+    # A state inside a unit ends no terminal and is alive for those of the state the unit completes into.
+    new = completed_into(whole, language)
+    ends = np.vstack([lexer.ends, np.zeros((len(new), len(lexer.terminals)), bool)])
+    lexer = Lexer(lexer.terminals, dfa.transitions, ends, np.vstack([lexer.alive, lexer.alive[new]]), lexer.starts)
+    steppable = loops is not None and not lexer.ends[np.flatnonzero(loops.unit_target)].any()
+    return lexer, loops if steppable else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -78,6 +78,7 @@ _SPLIT = (rx.Seq, rx.Alt, rx.Repeat, rx.Interleave)  # nodes whose pieces can be
 MAX_TERMINAL_STATES = 2_000  # the pieces of a language without recursion too large for one DFA
 _COUNTED_BODY = 1 / 16  # of max_terminal: a bounded repeat of a larger body is counted by rules
 SHARED_COPY_STATES = 1_024  # a piece held by several nodes whose copies would add this many NFA states is a symbol of its own
+SMALL_CLASS_UNIT = 32  # states of a character of a set of code points whose runs are kept with their closing quote (`_is_unit_run`)
 _SHARED_PIECE = 64  # NFA states, the least of such a piece (smaller ones, punctuation, say, stay in each run)
 
 
@@ -327,13 +328,18 @@ def _holders(roots) -> collections.Counter:
 
 
 def _is_unit_run(node) -> bool:
-    """Whether ``node`` is a string's run of any characters (`strings.ANY_UNIT` repeated). Too
-    large for a small terminal, it is one with the closing quote: split from it, its terminal
-    would end where it counts characters, and then the lexer steps over no loop per vocabulary
-    (`cfg._lexer_with_loops`) but walks every loop's states (on 131k tokens, lexers of 40-65k
-    states walked instead of 4-8k). Runs of one set of characters (`strings.ClassUnit`) are left
-    alone: a large set's unit spliced into every counting state can outgrow the lexer."""
-    return isinstance(node, rx.Repeat) and node.body == strings.ANY_UNIT
+    """Whether ``node`` is a string's run of characters (`strings.ANY_UNIT`, or one set of code
+    points, `strings.ClassUnit`, repeated). Too large for a small terminal, it is one with the
+    closing quote: split from it, its terminal would end where it counts characters, and then
+    the lexer steps over no loop per vocabulary (`cfg._lexer_with_loops`) but walks every
+    loop's states (on 131k tokens, lexers of 40-65k states walked instead of 4-8k). A set
+    whose character takes more than `SMALL_CLASS_UNIT` states (Unicode categories: hundreds)
+    is left alone: its unit spliced into every counting state would outgrow the lexer that
+    spells it out (120k states against 5k on a CloudFormation schema)."""
+    if not isinstance(node, rx.Repeat):
+        return False
+    body = node.body
+    return body == strings.ANY_UNIT or (isinstance(body, strings.ClassUnit) and body.language.dfa.num_states <= SMALL_CLASS_UNIT)
 
 
 def _terminal_automaton(node: rx.Node, gap_run: int | None) -> tuple[ByteDFA, UnitLanguage | None]:
