@@ -184,29 +184,33 @@ def test_long_strings_split_into_pieces_keep_their_closing_quotes_and_their_loop
     _assert_walks_alike(split, whole, sentencepiece_vocab, seed=4, walks=6, steps=40)
 
 
-def test_a_piece_held_by_several_runs_is_one_terminal_for_all(sentencepiece_vocab, monkeypatch):
+@pytest.mark.parametrize("recursive", [False, True])
+def test_a_piece_held_by_several_runs_is_one_terminal_for_all(recursive, sentencepiece_vocab, monkeypatch):
     """Optional properties in order: each one that comes first is followed by every later one,
     so a later piece (a later property, the separator) is held by the run after each earlier
-    property. Kept out of their terminals (`assemble.SHARED_COPY_STATES`), it is one terminal
-    for all of them: the terminals together take fewer states than with a copy in each, and
-    masks, EOS included, equal the token DFA's along random walks."""
+    property. Kept out of their terminals (`assemble.SHARED_COPY_STATES`), in pieces or beside
+    recursion, it is one terminal for all of them: the terminals together take fewer states
+    than with a copy in each, and whole masks, EOS included, equal those of the copies along
+    random walks."""
     from ananke_jax._src.json_schema import assemble
 
-    arn = {"type": "string", "pattern": "^arn:aws:iam::[0-9]{12}:role/[A-Za-z0-9_+=,.@-]{1,32}$"}
-    schema = {"type": "object", "properties": {**{f"k{i}": {"type": "integer"} for i in range(12)}, "arn": arn}}
+    arn = {"type": "string", "pattern": "^arn:aws:iam::[0-9]{12}:role/[A-Za-z0-9_+=,.@-]{1,128}$"}
+    properties = {**{f"k{i}": {"type": "integer"} for i in range(12)}, "arn": arn}
+    schema = {"type": "object", "properties": {**properties, **({"next": {"$ref": "#"}} if recursive else {})}}
     rules = json_schema_rules(schema, placeholder_gaps=True)
+    keep = recursive_rules(rules)
+    assert bool(keep) == recursive
 
-    def terminal_states(copy_states: float) -> int:
+    def grammar(copy_states: float) -> aj.Grammar:
         monkeypatch.setattr(assemble, "SHARED_COPY_STATES", copy_states)
-        grammar = to_grammar(rules, set(), max_terminal=200, compiling=True, gap_run=MAX_WHITESPACE_RUN)
-        return sum(t.dfa.num_states for t in grammar.terminals)
+        max_terminal = float("inf") if recursive else 200
+        return to_grammar(rules, keep, max_terminal=max_terminal, compiling=True, gap_run=MAX_WHITESPACE_RUN)
 
-    shared, copied = terminal_states(assemble.SHARED_COPY_STATES), terminal_states(float("inf"))
-    assert shared < 0.8 * copied, (shared, copied)
-    split = compile_in_pieces(rules, sentencepiece_vocab, 200, gap_run=MAX_WHITESPACE_RUN, stack_depth=64, max_configs=8)
-    whole = aj.compile_json_schema(schema, sentencepiece_vocab)
-    assert isinstance(split, aj.PushdownGrammar) and isinstance(whole, aj.RegularGrammar)
-    _assert_walks_alike(split, whole, sentencepiece_vocab, seed=6, walks=6, steps=40)
+    shared, copied = grammar(assemble.SHARED_COPY_STATES), grammar(float("inf"))
+    states = [sum(t.dfa.num_states for t in g.terminals) for g in (shared, copied)]
+    assert states[0] < 0.8 * states[1], states
+    compiled = [aj.compile_grammar(g, sentencepiece_vocab) for g in (shared, copied)]
+    _assert_walks_alike(*compiled, sentencepiece_vocab, seed=6, walks=6, steps=40)
 
 
 def test_a_schema_whose_token_dfa_would_be_too_large_goes_to_the_pushdown_engine(sentencepiece_vocab, monkeypatch):

@@ -128,7 +128,8 @@ class _Writer:
         self.terminals: dict[rx.Node, str] = {}  # node -> its terminal's name
         self.spelled: dict[rx.Node, list[str]] = {}  # node -> its symbols (`symbols`)
         self.helpers = 0
-        self.holders = _holders(bodies.values()) if max_terminal < math.inf else collections.Counter()
+        self.estimating = max_terminal < math.inf or compiling  # NFA sizes: for the split, and for `shared`
+        self.holders = _holders(bodies.values()) if self.estimating else collections.Counter()
 
     def grammar(self, charge_total: bool) -> Grammar:
         for name, body in self.bodies.items():
@@ -287,11 +288,11 @@ class _Writer:
         return self.size(node) < math.inf and self.size(node) + beside <= self.max_terminal
 
     def size(self, node) -> float:
-        """``node``'s NFA estimate (0 when nothing is split), infinite when it holds a reference
+        """``node``'s NFA estimate (0 unless ``estimating``), infinite when it holds a reference
         (memoised by identity, the node kept alive with it)."""
         if id(node) not in self.sizes:
-            estimate = rx.nfa_size(node) if self.max_terminal < math.inf else 0.0
-            self.sizes[id(node)] = node, estimate if is_regular(node) else math.inf
+            estimate = (rx.nfa_size(node) if self.estimating else 0.0) if is_regular(node) else math.inf
+            self.sizes[id(node)] = node, estimate
         return self.sizes[id(node)][1]
 
     def terminal(self, node: rx.Node) -> str:
