@@ -229,8 +229,9 @@ def _lexer_with_loops(
 
 def _spliced(lexer: Lexer, language: UnitLanguage) -> tuple[Lexer, UnitLoops | None] | None:
     """``lexer`` with the units of ``language`` spliced in, and their loops where they can be
-    stepped per vocabulary (None: no terminal ends inside them); None where a state reads a unit
-    beside a byte that begins one (`expand_unit_loops`)."""
+    stepped per vocabulary (else None: a terminal ends inside them, or a state of theirs reads
+    other bytes); None where a state reads a unit beside a byte that begins one
+    (`expand_unit_loops`)."""
     whole = ByteDFA(lexer.transitions, lexer.ends.any(axis=1), lexer.start)
     expanded = expand_unit_loops(whole, language, "the lexer (the terminals' product automaton)")
     if expanded is None:
@@ -280,9 +281,9 @@ class _LoopOutcomes:
         return np.repeat(self.columns.rows[row], lines), np.repeat(value, lines), outcome_of[self.outcome[chosen]]
 
     def split_classes(self, token_class: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Token classes (``token_class``, int[V], those of the walk) split by loop class: the new
-        class of each token, and of each new class its walked class and its loop class (-1:
-        none)."""
+        """Token classes (``token_class``, int[V]: the walk's, or those of an earlier split) split
+        by loop class: the new class of each token, and of each new class its class before the
+        split and its loop class (-1: none)."""
         entries = self.columns
         num_loop = entries.num_classes
         loop_class = np.append(entries.class_of_group, -1)[np.minimum(entries.groups.of_id, len(entries.class_of_group))]

@@ -331,7 +331,8 @@ def loop_columns(
     Args:
       loops: the automaton's `UnitLoops`.
       transitions: int32[S', 256], the expanded automaton's transitions (S' >= S: states added
-        since are not reached by bytes).
+        since, another language's units spliced in, say, are not read here; with
+        ``after_remainders`` None, they must not be reached by bytes).
       vocab: the vocabulary.
       after_remainders: what follows a remainder read from each state an exit enters, int64[k, M]
         for the k states and the remainder trie's strings (DEAD: dies); None: the state after it.

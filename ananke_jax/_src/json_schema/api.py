@@ -212,7 +212,7 @@ def compile_rules(
     DFA when no rule recurses, the language's NFA is estimated within the compile budget's
     ``max_states``, its token DFA fits `_capped`'s cap (or the pieces fail) and ``engine`` is
     ``"auto"``, else the pushdown engine, recursive rules as nonterminals and every piece
-    without references one terminal.
+    without references one terminal (a large one that several runs hold, one of its own).
 
     ``gaps``: the trees hold placeholder gaps (`gaps.GAP`), made runs of at most
     ``max_whitespace`` whitespace bytes. A language without recursion taken to the pushdown

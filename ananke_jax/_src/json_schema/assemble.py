@@ -5,7 +5,7 @@ cycles, the recursive rules stay nonterminals and every maximal piece without re
 one terminal, so the pushdown engine steps over few, large terminals. A language without cycles
 too large for one automaton goes to the pushdown engine split along its tree into pieces of about
 ``max_terminal`` NFA states (a sequence into runs, a choice into groups of branches, a repeat into
-loops).
+loops). Either way, a large piece that several runs hold is a symbol of its own (`_Writer.shared`).
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ _SPLIT = (rx.Seq, rx.Alt, rx.Repeat, rx.Interleave)  # nodes whose pieces can be
 MAX_TERMINAL_STATES = 2_000  # the pieces of a language without recursion too large for one DFA
 _COUNTED_BODY = 1 / 16  # of max_terminal: a bounded repeat of a larger body is counted by rules
 SHARED_COPY_STATES = 1_024  # a piece held by several nodes whose copies would add this many NFA states is a symbol of its own
-SMALL_CLASS_UNIT = 32  # states of a character of a set of code points whose runs are kept with their closing quote (`_is_unit_run`)
-_SHARED_PIECE = 64  # NFA states, the least of such a piece (smaller ones, punctuation, say, stay in each run)
+_SHARED_PIECE = 64  # NFA states: such a piece is larger (smaller ones, an integer, say, stay in each run)
+SMALL_CLASS_UNIT = 32  # the most states of the loop of one set of code points whose runs keep their closing quote (`_is_unit_run`)
 
 
 def to_grammar(
@@ -95,7 +95,8 @@ def to_grammar(
     """The IR: kept rules as nonterminals, reference-free pieces as terminals (with DFAs), each
     estimated (`rx.nfa_size`) within ``max_terminal`` NFA states unless it is one leaf or a
     bounded repeat of a small body; a repeat of a larger one, two or more times, is counted by
-    rules (`_Writer.counted`).
+    rules (`_Writer.counted`); a large piece held by several runs is kept out of them
+    (`_Writer.shared`).
 
     A terminal built from automata gets its regex text (by state elimination, which can be slow
     on large automata) only when ``printable``; otherwise the text just names its size. A grammar
@@ -128,8 +129,7 @@ class _Writer:
         self.terminals: dict[rx.Node, str] = {}  # node -> its terminal's name
         self.spelled: dict[rx.Node, list[str]] = {}  # node -> its symbols (`symbols`)
         self.helpers = 0
-        self.estimating = max_terminal < math.inf or compiling  # NFA sizes: for the split, and for `shared`
-        self.holders = _holders(bodies.values()) if self.estimating else collections.Counter()
+        self.holders = _holders(bodies.values())
 
     def grammar(self, charge_total: bool) -> Grammar:
         for name, body in self.bodies.items():
@@ -146,7 +146,7 @@ class _Writer:
 
     def runs(self, parts, join) -> list:
         """``parts``, where consecutive ones are small together, joined by ``join`` (`rx.seq`,
-        `rx.alt`) into one terminal each, given as ``[its name]``."""
+        `rx.alt`) into one terminal each, given as ``[its name]``; a `shared` part stands alone."""
         out, run, size = [], [], 0.0
         characters = None  # a string's characters too large for the run, until its closing quote
         for part in parts:
@@ -157,7 +157,7 @@ class _Writer:
                 if closed and part.text == '"':
                     continue
                 part = rx.Text(part.text[1:]) if closed else part
-            if self.shared(part) and not (join is rx.seq and _is_unit_run(part)):  # (a string's characters: as below)
+            if self.shared(part):
                 out += [self.as_terminal(join(*run))] if run else []
                 out.append(part)
                 run, size = [], 0.0
@@ -275,12 +275,16 @@ class _Writer:
 
     def shared(self, node) -> bool:
         """Whether ``node`` is a piece held by several nodes (an optional property after each of
-        the ones before it, say) of `_SHARED_PIECE` NFA states or more, whose copies in their
-        terminals would add `SHARED_COPY_STATES` or more: it is kept out of them, one terminal (or set of rules) for all. On a
-        CloudFormation schema whose optional properties came in eight terminals each, the lexer
-        took half the states, and the compile half the time."""
+        the ones before it, say) of more than `_SHARED_PIECE` NFA states, whose copies in their
+        terminals would add `SHARED_COPY_STATES` or more: it is kept out of them, one terminal
+        (or set of rules) for all. On a CloudFormation schema whose optional properties came in
+        eight terminals each, the lexer took half the states, and the compile half the time. A run
+        of one character set (whitespace, a string's characters) is never kept out: beside its
+        neighbours in one terminal it makes no LR conflict, and a string's loop needs its quote."""
+        if isinstance(node, rx.Repeat) and (node.body == strings.ANY_UNIT or not isinstance(node.body, _SPLIT)):
+            return False
         size = self.size(node)
-        return _SHARED_PIECE <= size < math.inf and (self.holders[node] - 1) * size >= SHARED_COPY_STATES
+        return _SHARED_PIECE < size < math.inf and (self.holders[node] - 1) * size >= SHARED_COPY_STATES
 
     def small(self, node, beside: float = 0.0) -> bool:
         """Whether ``node`` has no reference and, with ``beside`` states more, is within
@@ -288,11 +292,10 @@ class _Writer:
         return self.size(node) < math.inf and self.size(node) + beside <= self.max_terminal
 
     def size(self, node) -> float:
-        """``node``'s NFA estimate (0 unless ``estimating``), infinite when it holds a reference
-        (memoised by identity, the node kept alive with it)."""
+        """``node``'s NFA estimate, infinite when it holds a reference (memoised by identity, the
+        node kept alive with it)."""
         if id(node) not in self.sizes:
-            estimate = (rx.nfa_size(node) if self.estimating else 0.0) if is_regular(node) else math.inf
-            self.sizes[id(node)] = node, estimate
+            self.sizes[id(node)] = node, rx.nfa_size(node) if is_regular(node) else math.inf
         return self.sizes[id(node)][1]
 
     def terminal(self, node: rx.Node) -> str:
