@@ -22,6 +22,7 @@ from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.json_schema.api import json_schema_rules
 from ananke_jax._src.json_schema.assemble import recursive_rules, to_grammar
 from ananke_jax._src.json_schema.objects import MAX_ANY_ORDER_PROPERTIES
+from ananke_jax._src.json_schema.scalars import MAX_LENGTH_PRODUCT_STATES
 
 from earley import EarleyRecogniser
 
@@ -354,8 +355,8 @@ def test_length_bounds_over_the_budget_are_refused_or_dropped_with_a_warning(str
 def test_not_strict_drops_length_bounds_that_make_a_pattern_large():
     """A pattern of some forty states under bounds of hundreds of code points takes an automaton
     of about their product: ``strict=True`` builds it, ``strict=False`` leaves the length
-    unbounded with a warning past 4,096 states (XGrammar drops length bounds beside every
-    pattern)."""
+    unbounded with a warning past `MAX_LENGTH_PRODUCT_STATES` (XGrammar drops length
+    bounds beside every pattern)."""
     arn = {"type": "string", "pattern": "^arn:aws:[a-z0-9-]+:[a-z0-9-]*:[0-9]{12}:.+$", "minLength": 30, "maxLength": 300}
     schema = {"type": "object", "properties": {"arn": arn}, "required": ["arn"]}
     inside, longer = "arn:aws:s3:eu-west-1:123456789012:" + "x" * 266, "arn:aws:s3:eu-west-1:123456789012:" + "x" * 267
@@ -366,7 +367,7 @@ def test_not_strict_drops_length_bounds_that_make_a_pattern_large():
     with pytest.warns(UserWarning) as caught:
         relaxed = aj.compile_json_schema(schema, _BYTES, strict=False)
     for keyword in ("minLength", "maxLength"):
-        pattern = rf"'{keyword}' at #/properties/arn is ignored: .* more than 4,096 states"
+        pattern = rf"'{keyword}' at #/properties/arn is ignored: .* more than {MAX_LENGTH_PRODUCT_STATES:,} states"
         assert [w for w in caught if re.match(pattern, str(w.message))], keyword
     assert all(_walk_bytes(relaxed, json.dumps({"arn": text})) for text in (inside, longer, short))
     assert not _walk_bytes(relaxed, json.dumps({"arn": wrong}))  # the pattern still holds

@@ -135,7 +135,7 @@ def compile_json_schema(
         ``type`` that uses the keywords of one type only (``properties``, say) as that type, as
         XGrammar does (JSON Schema allows values of every type there); a string's ``minLength``
         and ``maxLength`` whose automaton is over the budget's ``max_states``, or that take more
-        than 4,096 states with a ``pattern`` or ``format`` (their product), are
+        than 1,024 states with a ``pattern`` or ``format`` (their product), are
         dropped with a warning, the string then bounded by ``max_string_length`` alone (XGrammar
         drops them next to any ``pattern``); a pattern's ``\\A`` and ``\\Z`` (Python's, not
         ECMA-262's) are read as ``^`` and ``$`` with a warning. Either way, a ``oneOf`` whose branches

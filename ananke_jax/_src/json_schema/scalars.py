@@ -13,7 +13,7 @@ from ananke_jax._src.json_schema.formats import format_node
 from ananke_jax._src.json_schema.keywords import as_list, compact, counts, json_equal, to_decimal, type_of
 from ananke_jax._src.json_schema.rules import automaton_node, is_regular
 
-MAX_LENGTH_PRODUCT_STATES = 4_096  # strict=False drops length bounds whose product with a pattern is larger
+MAX_LENGTH_PRODUCT_STATES = 1_024  # strict=False drops length bounds whose product with a pattern is larger
 
 
 class Scalars:
