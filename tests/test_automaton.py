@@ -331,6 +331,45 @@ def test_a_long_bounded_repeat_is_chained_from_copies_of_its_body(seed):
             assert dfa.accepts(text.encode()) == (re.fullmatch(pattern, text) is not None), (text, pattern)
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_a_repeat_whose_copies_overlap_is_counted_by_the_fewest_copies(seed):
+    """``body{lo,hi}`` (``lo`` <= 1) whose split between copies is not forced is built by
+    `automaton.counted`: per state of the body, the fewest copies that reach it. On random
+    bodies, its minimal DFA equals the one the NFA's subsets build (not long, so not chained),
+    whatever the body."""
+    rng = np.random.default_rng(seed)
+    body = rx.seq(_random_node(rng, 2, []), rx.Chars(tuple(_CLASSES[int(rng.integers(len(_CLASSES)))])))  # (never empty)
+    lo, hi = int(rng.integers(2)), 16 + int(rng.integers(6))
+    body_dfa = rx.to_dfa(body)
+    fast = automaton.counted(body_dfa, lo, hi)
+    builder = NFABuilder()
+    end = builder.state()
+    start = end
+    for copy in range(hi):  # body{lo,hi} written out: body? (body? (...)), the first lo required
+        entry = builder.state()
+        piece = builder.copy(body_dfa)
+        builder.epsilons[piece.end].append(start)
+        builder.epsilons[entry] += [piece.start] + ([end] if copy < hi - lo else [])
+        start = entry
+    slow = automaton.determinise(builder, Fragment(start, end))
+    byte_class, first_byte = byte_classes(fast.transitions)
+    minimal = minimise(fast.transitions[:, first_byte], fast.accepting, start=fast.start, byte_class=byte_class.astype(np.int32))
+    assert automaton.canonical_form(minimal) == automaton.canonical_form(slow)
+
+
+def test_an_ambiguous_repeat_of_hundreds_of_copies_is_counted_not_taken_apart():
+    """``((.|-+)?[A-Za-z0-9]){0,252}`` (a CloudFormation pattern): a subset of its NFA holds
+    states of many copies, and its subset construction took over a minute; counted, the DFA has
+    a few states per copy and accepts as Python's `re` does."""
+    dfa = regex_to_dfa("((.|-+)?[A-Za-z0-9]){0,252}")
+    assert dfa.num_states < 20 * 253
+    pattern = re.compile("((.|-+)?[A-Za-z0-9]){0,252}")
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        text = "".join(rng.choice(list("a-.é/"), size=int(rng.integers(0, 520))).tolist())
+        assert dfa.accepts(text.encode()) == (pattern.fullmatch(text) is not None)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_the_lexer_product_tracks_every_terminal_and_numbers_each_tuple_once(seed):
     """`build_lexer` steps the terminals' DFAs side by side; tuples where one terminal reads on

@@ -211,6 +211,66 @@ def repeated(body: ByteDFA, lo: int, hi: int) -> ByteDFA | None:
     return ByteDFA(transitions, np.concatenate([[False, lo == 0], accepting.ravel()]), 1)
 
 
+def counted(body: ByteDFA, lo: int, hi: int) -> ByteDFA | None:
+    """``body{lo,hi}`` for ``lo`` <= 1 where the split between copies is not forced (`repeated`
+    fails: ``((.|-+)?[a-z0-9]){0,252}``), without a subset construction over the copies, which
+    is cubic in ``hi`` there (a subset holds states of many copies). Not minimised; None where
+    ``lo`` > 1 or ``body`` accepts the empty string.
+
+    A string may split into copies in several ways; under an upper bound alone, a split into
+    fewer copies accepts whatever a split into more does. So a state keeps, per state of
+    ``body`` (and the boundary between copies), the fewest copies that reach it: a
+    *configuration*, kept relative to its least count, times that count, at most ``hi``.
+    Configurations are found one by one over ``body``'s byte classes (few: a handful per state
+    of ``body``), and the counts chain them as `repeated` chains copies.
+    """
+    if lo > 1 or not body.start or body.accepting[body.start]:
+        return None
+    byte_class, first_byte = byte_classes(body.transitions)
+    table, accepting = body.transitions[:, first_byte].tolist(), body.accepting.tolist()
+    boundary = -1  # between copies: reads as body's start
+    ids: dict[tuple, int] = {((boundary, 0),): 0}
+    order = [((boundary, 0),)]
+    moves: list[list[tuple[int, int]]] = []  # per configuration and class: (configuration, count added); -1: dead
+    while len(moves) < len(order):
+        if len(order) % CHECK_EVERY == 0:
+            charge_dfa_states(len(order) * (hi + 1), "a repeat's DFA")
+            check_time()
+        row = []
+        for k in range(len(first_byte)):
+            fewest: dict[int, int] = {}
+            for state, count in order[len(moves)]:
+                target = table[body.start if state == boundary else state][k]
+                if target == DEAD:
+                    continue
+                fewest[target] = min(fewest.get(target, count), count)
+                if accepting[target]:
+                    fewest[boundary] = min(fewest.get(boundary, count + 1), count + 1)
+            least = min(fewest.values(), default=0)
+            # (a count past hi can never accept: dropped)
+            configuration = tuple(sorted((state, count - least) for state, count in fewest.items() if count - least <= hi))
+            if not configuration:
+                row.append((-1, 0))
+                continue
+            row.append((ids.setdefault(configuration, len(order)), least))
+            if ids[configuration] == len(order):
+                order.append(configuration)
+        moves.append(row)
+    charge_dfa_states(1 + len(order) * (hi + 1), "a repeat's DFA")
+    target, added = (np.array([[m[i] for m in row] for row in moves], np.int64).reshape(len(order), -1) for i in (0, 1))
+    # State 1 + count * C + c: configuration c, at least count copies read; 0: dead.
+    count = np.arange(hi + 1)[:, None, None]
+    after = count + added[None]
+    rows = np.where((target[None] >= 0) & (after <= hi), 1 + after * len(order) + target[None], DEAD)
+    at_boundary = np.array([dict(c).get(boundary, hi + 1) for c in order])
+    copies = count[:, :, 0] + at_boundary[None]
+    accepts = (copies >= lo) & (copies <= hi)
+    transitions = np.vstack([np.zeros((1, len(first_byte)), np.int64), rows.reshape(-1, len(first_byte))])
+    return trimmed(
+        transitions.astype(np.int32), np.concatenate([[False], accepts.ravel()]), start=1, byte_class=byte_class.astype(np.int32)
+    )
+
+
 _STACK_SECONDS_PER_STATE = 2e-6  # the DFAs' rows stacked and their byte classes found, foreseen
 _CHUNK_ENTRIES = 1 << 22  # tuple entries (int32) of one lookup's successors: its memory, and the time between deadline checks
 

@@ -32,6 +32,7 @@ from ananke_jax._src.compile.automaton import (
     NFABuilder,
     byte_classes,
     concatenated,
+    counted,
     determinise,
     dfa_moves,
     minimise,
@@ -315,7 +316,8 @@ _PRODUCTS = _Kept(max_bytes=32 << 20)  # by operation and operands' digests (see
 def to_dfa(node: Node) -> ByteDFA:
     """The minimal byte DFA of ``node`` (start 0 when the language is empty); of a concatenation
     holding automata or long bounded repeats, one joined from its parts' (`_joined`), of a
-    long bounded repeat, one chained from its body's (`automaton.repeated`), and of an
+    long bounded repeat, one chained from its body's (`automaton.repeated`, or
+    `automaton.counted` where copies overlap), and of an
     `Automaton`, its own (a product may be only trimmed), not minimised.
 
     The DFAs of the last few hundred trees built in this process are kept (read-only), and a
@@ -352,9 +354,15 @@ def _is_long_repeat(node: Node) -> bool:
 
 
 def _chained(node: Repeat) -> ByteDFA | None:
-    """The DFA of a long bounded repeat chained from copies of its body's (`automaton.repeated`);
-    None where the repeat is short or its copies overlap."""
-    return repeated(to_dfa(node.body), node.lo, node.hi) if _is_long_repeat(node) else None
+    """The DFA of a long bounded repeat chained from copies of its body's (`automaton.repeated`),
+    or where they overlap, from the fewest copies that reach each state of its body
+    (`automaton.counted`); None where the repeat is short, or its copies overlap and it must
+    have more than one."""
+    if not _is_long_repeat(node):
+        return None
+    body = to_dfa(node.body)
+    chained = repeated(body, node.lo, node.hi)
+    return counted(body, node.lo, node.hi) if chained is None else chained
 
 
 def _built_apart(node: Node) -> bool:
