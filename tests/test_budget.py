@@ -25,6 +25,16 @@ def test_a_regex_bomb_is_refused_from_its_estimate(sentencepiece_vocab):
     assert isinstance(e.value, aj.GrammarError)
 
 
+def test_a_counted_repeat_is_refused_for_its_configurations_before_its_dfa(sentencepiece_vocab):
+    """A repeat whose copies overlap keeps, per state of its body, the fewest copies reaching it
+    (`automaton.counted`): where those configurations multiply, their (state, count) pairs meet
+    ``max_states`` while they are found."""
+    pattern = "(.{1,100}|[ -~]{0,100}[0-9]){0,16}"
+    with pytest.raises(aj.BudgetError, match=r"a repeat's configurations .* over the compile budget max_states=20,000") as e:
+        aj.compile_regex(pattern, sentencepiece_vocab, budget=aj.CompileBudget(max_states=20_000))
+    assert e.value.budget == "max_states"
+
+
 def test_a_large_enum_is_refused_with_the_budget_and_compiles_under_a_larger_one(sentencepiece_vocab):
     """Refused from the length of its values' text, before their tree is built."""
     schema = {"enum": [f"value-{i}" for i in range(10_000)]}

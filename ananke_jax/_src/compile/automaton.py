@@ -211,18 +211,23 @@ def repeated(body: ByteDFA, lo: int, hi: int) -> ByteDFA | None:
     return ByteDFA(transitions, np.concatenate([[False, lo == 0], accepting.ravel()]), 1)
 
 
+_DEAD_CONFIGURATION = -1  # `counted`'s move to no configuration
+
+
 def counted(body: ByteDFA, lo: int, hi: int) -> ByteDFA | None:
     """``body{lo,hi}`` for ``lo`` <= 1 where the split between copies is not forced (`repeated`
     fails: ``((.|-+)?[a-z0-9]){0,252}``), without a subset construction over the copies, which
-    is cubic in ``hi`` there (a subset holds states of many copies). Not minimised; None where
-    ``lo`` > 1 or ``body`` accepts the empty string.
+    is cubic in ``hi`` there (a subset holds states of many copies). Not minimised.
 
     A string may split into copies in several ways; under an upper bound alone, a split into
     fewer copies accepts whatever a split into more does. So a state keeps, per state of
     ``body`` (and the boundary between copies), the fewest copies that reach it: a
     *configuration*, kept relative to its least count, times that count, at most ``hi``.
-    Configurations are found one by one over ``body``'s byte classes (few: a handful per state
-    of ``body``), and the counts chain them as `repeated` chains copies.
+    Configurations are found one by one over ``body``'s byte classes, and the counts chain them
+    as `repeated` chains copies. Their pairs (state, count) are charged to the budget's
+    ``max_states`` as they are found, and the DFA's states before it is built.
+
+    Returns None where ``lo`` > 1, or ``body`` accepts the empty string or nothing.
     """
     if lo > 1 or not body.start or body.accepting[body.start]:
         return None
@@ -230,12 +235,13 @@ def counted(body: ByteDFA, lo: int, hi: int) -> ByteDFA | None:
     table, accepting = body.transitions[:, first_byte].tolist(), body.accepting.tolist()
     boundary = -1  # between copies: reads as body's start
     ids: dict[tuple, int] = {((boundary, 0),): 0}
-    order = [((boundary, 0),)]
-    moves: list[list[tuple[int, int]]] = []  # per configuration and class: (configuration, count added); -1: dead
+    order, entries = [((boundary, 0),)], 1  # the configurations, and the (state, count) pairs they hold
+    moves: list[list[tuple[int, int]]] = []  # per configuration and class: (configuration, count added), or (DEAD_CONFIGURATION, 0)
     while len(moves) < len(order):
-        if len(order) % CHECK_EVERY == 0:
-            charge_dfa_states(len(order) * (hi + 1), "a repeat's DFA")
-            check_time()
+        # (a configuration's row takes time in proportion to its pairs: charged as states)
+        charge_states(entries, "a repeat's configurations (the fewest copies reaching each state of its body)")
+        charge_dfa_states(len(order) * (hi + 1), "a repeat's DFA")
+        check_time()
         row = []
         for k in range(len(first_byte)):
             fewest: dict[int, int] = {}
@@ -250,18 +256,19 @@ def counted(body: ByteDFA, lo: int, hi: int) -> ByteDFA | None:
             # (a count past hi can never accept: dropped)
             configuration = tuple(sorted((state, count - least) for state, count in fewest.items() if count - least <= hi))
             if not configuration:
-                row.append((-1, 0))
+                row.append((_DEAD_CONFIGURATION, 0))
                 continue
             row.append((ids.setdefault(configuration, len(order)), least))
             if ids[configuration] == len(order):
                 order.append(configuration)
+                entries += len(configuration)
         moves.append(row)
     charge_dfa_states(1 + len(order) * (hi + 1), "a repeat's DFA")
     target, added = (np.array([[m[i] for m in row] for row in moves], np.int64).reshape(len(order), -1) for i in (0, 1))
     # State 1 + count * C + c: configuration c, at least count copies read; 0: dead.
     count = np.arange(hi + 1)[:, None, None]
     after = count + added[None]
-    rows = np.where((target[None] >= 0) & (after <= hi), 1 + after * len(order) + target[None], DEAD)
+    rows = np.where((target[None] != _DEAD_CONFIGURATION) & (after <= hi), 1 + after * len(order) + target[None], DEAD)
     at_boundary = np.array([dict(c).get(boundary, hi + 1) for c in order])
     copies = count[:, :, 0] + at_boundary[None]
     accepts = (copies >= lo) & (copies <= hi)

@@ -357,7 +357,7 @@ def _chained(node: Repeat) -> ByteDFA | None:
     """The DFA of a long bounded repeat chained from copies of its body's (`automaton.repeated`),
     or where they overlap, from the fewest copies that reach each state of its body
     (`automaton.counted`); None where the repeat is short, or its copies overlap and it must
-    have more than one."""
+    have more than one, or its body accepts the empty string or nothing."""
     if not _is_long_repeat(node):
         return None
     body = to_dfa(node.body)
