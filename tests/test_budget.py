@@ -183,6 +183,10 @@ def test_the_estimate_counts_shared_subtrees_once_and_repeats_per_copy():
     assert rx.nfa_size(tree) < 100 * 8 + 10  # 100 branches of a class, a text and a seq: the star once
     assert rx.nfa_size(rx.repeat(rx.repeat(rx.Text("a"), 10, 10), 10, 10)) >= 2 * 100
     assert rx.nfa_size(rx.EMPTY) == 1
+    long_array = rx.repeat(rx.Text("[1]"), 0, 200)
+    members = rx.Interleave((long_array, rx.Text("x")), (False, False), rx.NOTHING, rx.Text(","), 0, None)
+    once = rx.nfa_size(members, repeated=False)  # the least its pieces add up to: the array's item once, in every one
+    assert once < 100 < 200 * 6 < rx.nfa_size(members)
 
 
 def test_an_automaton_built_before_is_kept_and_still_charged_to_the_budget():

@@ -17,6 +17,7 @@ from lark import Lark
 import ananke_jax as aj
 from ananke_jax._src.compile import automaton, cfg, outcome_walk, regular, token_table
 from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile.budget import metered
 from ananke_jax._src.compile.cfg import _lexer_with_loops
 from ananke_jax._src.compile.lexer import without_empty_terminals
 from ananke_jax._src.compile.lookaround import MARKER_BYTES
@@ -209,6 +210,27 @@ def test_a_piece_held_by_several_runs_is_one_terminal_for_all(recursive, sentenc
     assert states[0] < 0.8 * states[1], states
     compiled = [aj.compile_grammar(g, sentencepiece_vocab) for g in (shared, copied)]
     _assert_walks_alike(*compiled, sentencepiece_vocab, seed=6, walks=6, steps=40)
+
+
+def test_a_piece_beside_recursion_too_large_for_one_terminal_is_split(sentencepiece_vocab):
+    """Beside recursion every piece without references is one terminal; one over ``max_states``
+    (an array of up to 12 objects: 1,389 NFA states against a budget of 1,000) is split into
+    smaller terminals instead of refusing the schema. Masks, EOS included, equal those of the
+    whole terminal compiled under a larger budget; a budget that neither way fits names both."""
+    tag = {"type": "object", "properties": {"k": {"type": "string", "maxLength": 6}, "v": {"type": "integer"}}, "required": ["k"]}
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": tag, "maxItems": 12}, "next": {"$ref": "#"}}}
+    rules = json_schema_rules(schema, placeholder_gaps=True)
+    options = dict(gaps=True, stack_depth=64, max_configs=8, max_terminal=40)
+
+    def compiled(max_states: int) -> aj.PushdownGrammar:
+        with metered(aj.CompileBudget(max_states=max_states)):
+            return json_schema_api.compile_rules(rules, sentencepiece_vocab, **options)
+
+    split, whole = compiled(1_000), compiled(100_000)
+    assert split.goto.shape[0] > 2 * whole.goto.shape[0], "the array is rules, not one terminal"
+    _assert_walks_alike(split, whole, sentencepiece_vocab, seed=7, walks=6, steps=40)
+    with pytest.raises(aj.BudgetError, match=r"NFA of 1,389 states .* max_states=500; in smaller terminals, .* max_states=500"):
+        compiled(500)
 
 
 def test_a_schema_whose_token_dfa_would_be_too_large_goes_to_the_pushdown_engine(sentencepiece_vocab, monkeypatch):

@@ -406,7 +406,9 @@ def nfa_size(node: Node, *, repeated: bool = True) -> int:
             todo += [(p, copies) for p in n.parts]
         elif isinstance(n, Interleave):  # an item's copy per move between hubs
             items = [*n.members, n.extra]
-            total += copies * sum(nfa_size(items[i]) + nfa_size(n.separator) for _, i, _ in n.hubs().moves)
+            total += copies * sum(
+                nfa_size(items[i], repeated=repeated) + nfa_size(n.separator, repeated=repeated) for _, i, _ in n.hubs().moves
+            )
         else:
             total += copies * (
                 n.dfa.num_states if isinstance(n, Automaton) else 2 if isinstance(n, Chars) else 2 * len(n.text.encode("utf-8"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import decimal
 import functools
 import json
+import math
 import warnings
 from collections.abc import Callable
 
@@ -212,7 +213,9 @@ def compile_rules(
     DFA when no rule recurses, the language's NFA is estimated within the compile budget's
     ``max_states``, its token DFA fits `_capped`'s cap (or the pieces fail) and ``engine`` is
     ``"auto"``, else the pushdown engine, recursive rules as nonterminals and every piece
-    without references one terminal (a large one that several runs hold, one of its own).
+    without references one terminal (a large one that several runs hold, one of its own; where
+    one is over ``max_states``, such pieces are split as below, into terminals of about 16 x
+    ``max_terminal`` NFA states).
 
     ``gaps``: the trees hold placeholder gaps (`gaps.GAP`), made runs of at most
     ``max_whitespace`` whitespace bytes. A language without recursion taken to the pushdown
@@ -227,7 +230,16 @@ def compile_rules(
     options = dict(stack_depth=stack_depth, max_configs=max_configs)
     gap_run = max_whitespace if gaps else None
     if recursive or engine != "auto":
-        return compile_grammar(to_grammar(rules, recursive, compiling=True, gap_run=gap_run), vocab, **options)
+        try:
+            return compile_grammar(to_grammar(rules, recursive, compiling=True, gap_run=gap_run), vocab, **options)
+        except BudgetError as e:
+            if e.budget != "max_states":
+                raise
+            whole = e  # a piece too large for one terminal (a long array of objects, say)
+        try:  # split only such pieces: small terminals are many lexer states to walk (2,000: 3x slower here)
+            return compile_in_pieces(rules, vocab, 16 * max_terminal, keep=recursive, gap_run=gap_run, **options)
+        except BudgetError as pieces:
+            raise BudgetError(f"{whole}; in smaller terminals, {pieces}", budget=pieces.budget) from None
     # One token DFA unless it would be over the budget; then the pushdown engine, in pieces.
     root = inline(rules, set())[rules.start]
     regular = functools.partial(_compile_regular, root, vocab, gaps=gaps, max_whitespace=max_whitespace)
@@ -275,22 +287,25 @@ def _capped(vocab: Vocabulary, regular: Callable[[], RegularGrammar]) -> Regular
         return regular()
 
 
-def compile_in_pieces(rules: Rules, vocab: Vocabulary, max_terminal: int, *, gap_run: int | None = None, **options) -> PushdownGrammar:
-    """The pushdown engine over the rules of a language without recursion, its pieces split into
-    terminals of about ``max_terminal`` NFA states, whose estimates together must fit the budget.
-    Pieces split finely can make LR conflicts that larger terminals avoid (runs of optional
-    whitespace, say): coarser ones are tried, then whole ones (which fork where they conflict)."""
-    for limit in (max_terminal, 16 * max_terminal):
+def compile_in_pieces(
+    rules: Rules, vocab: Vocabulary, max_terminal: int, *, keep: frozenset[str] = frozenset(), gap_run: int | None = None, **options
+) -> PushdownGrammar:
+    """The pushdown engine over ``rules``, the ``keep`` rules (the recursive ones) nonterminals and
+    the other pieces split into terminals of about ``max_terminal`` NFA states, whose estimates
+    together must fit the budget. Pieces split finely can make LR conflicts that larger terminals
+    avoid (runs of optional whitespace, say): coarser ones are tried, then whole ones (which fork
+    where they conflict, as the parse forks throughout where rules are kept)."""
+    for limit in (max_terminal, 16 * max_terminal, math.inf):
         try:
             return compile_grammar(
-                to_grammar(rules, set(), max_terminal=limit, charge_total=True, compiling=True, gap_run=gap_run),
+                to_grammar(rules, set(keep), max_terminal=limit, charge_total=True, compiling=True, gap_run=gap_run),
                 vocab,
-                forks=False,
+                forks=bool(keep) or limit == math.inf,  # recursive rules fork where they conflict whole, too
                 **options,
             )
         except ConflictError:
-            pass
-    return compile_grammar(to_grammar(rules, set(), charge_total=True, compiling=True, gap_run=gap_run), vocab, **options)
+            if limit == math.inf:
+                raise
 
 
 def _compile_regular(node: rx.Node, vocab: Vocabulary, *, gaps: bool, max_whitespace: int) -> RegularGrammar:
