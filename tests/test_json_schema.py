@@ -980,6 +980,19 @@ def test_length_bounded_strings_built_directly_equal_their_regex(bounds):
     assert direct.num_states == regex.num_states
 
 
+@pytest.mark.parametrize("pattern, least", [("^[\\s\\S]*$", 0), ("(?s).+", 1), ("^(?s).+$", 1), ("[\\s\\S]+", 1), ("^(.|\\s)+$", 1)])
+def test_a_pattern_that_every_string_or_every_nonempty_string_matches_is_only_a_length(pattern, least):
+    """A pattern that every string matches, or every one but the empty string (``(?s).+``, an
+    idiom of CloudFormation's schemas), leaves the length bounds alone to bound the string: its
+    characters are the placeholder units that the pushdown lexer loops over per vocabulary, not
+    a set of code points of its own, and its language that of the bounds, at least ``least``."""
+    assert strings.string_body(0, 7, [pattern_node(pattern)]) == rx.repeat(strings.ANY_UNIT, least, 7)
+    bounded = _dfa({"type": "string", "pattern": pattern, "maxLength": 7})
+    lengths = _dfa({"type": "string", "minLength": least, "maxLength": 7})
+    assert rx.difference(bounded, lengths).start == 0 and rx.difference(lengths, bounded).start == 0
+    assert _accepts(bounded, '"\\u00e9\\n"') and _accepts(bounded, '""') == (least == 0) and not _accepts(bounded, '"12345678"')
+
+
 def test_strings_of_one_set_of_code_points_share_one_class_unit():
     """Patterns written differently over one set of code points give one `strings.ClassUnit`
     node (so that its token outcomes come once per vocabulary), another set another; the

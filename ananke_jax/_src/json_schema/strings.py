@@ -128,8 +128,10 @@ def _string_body(
     min_length: int, max_length: int | None, values: tuple[rx.Node, ...], longest: int | None, max_product: int | None
 ) -> rx.Node:
     dfa = _all_of(values) if values else None
-    if dfa is not None and rx.difference(_every_spelling(), dfa).start == DEAD:
-        dfa = None  # a pattern every string matches (``[\s\S]*``): the length alone bounds it
+    if dfa is not None and _empty_at_most(missed := rx.difference(_every_spelling(), dfa)):
+        # A pattern every string matches (``[\s\S]*``), or every one but the empty string
+        # (``(?s).+``): the length alone bounds it, its characters the placeholder units.
+        dfa, min_length = None, max(min_length, int(missed.start != DEAD))
     if max_length is None and longest is not None and (dfa is None or not is_finite(dfa)):
         max_length = max(longest, min_length)
     if dfa is None:
@@ -172,6 +174,11 @@ def _all_of(values: list[rx.Node]) -> ByteDFA:
     for v in values[1:]:
         dfa = rx.intersect(dfa, spelled_dfa(v))
     return dfa
+
+
+def _empty_at_most(dfa: ByteDFA) -> bool:
+    """Whether ``dfa`` (minimal) accepts nothing or only the empty string."""
+    return dfa.start == DEAD or not dfa.transitions[dfa.start].any()
 
 
 @functools.cache
