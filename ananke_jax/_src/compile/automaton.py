@@ -306,7 +306,7 @@ def product(dfas: Sequence[ByteDFA], starts: np.ndarray, what: str) -> tuple[np.
     dfa_of = np.repeat(np.arange(len(dfas)), sizes)  # of each stacked state
     stacked = np.vstack([d.transitions for d in dfas])  # all DFAs' rows, stacked
     byte_class, first_byte = byte_classes(stacked)
-    table = stacked[:, first_byte].astype(np.int32)
+    table = stacked[:, first_byte].astype(np.int32, copy=False)
     order = [np.zeros((1, len(dfas)), np.int32), np.asarray(starts, np.int32)]
     ids = {order[0][0].tobytes(): 0}
     rows, frontier, first, alone = [], order[1], 1, [np.zeros(0, np.int64)]
@@ -322,7 +322,7 @@ def product(dfas: Sequence[ByteDFA], starts: np.ndarray, what: str) -> tuple[np.
             distinct[inverse] = successors
             live = (distinct != DEAD).sum(axis=1)
             solo = np.flatnonzero(live == 1)
-            found, new = np.empty(len(distinct), np.int64), []
+            found, new = np.empty(len(distinct), np.int32), []
             alone.append((distinct + offsets)[solo, np.argmax(distinct[solo] != DEAD, axis=1)])
             found[solo] = -1 - alone[-1]  # a stacked state's block id, given below
             for j in np.flatnonzero(live != 1).tolist():
@@ -343,28 +343,31 @@ def product(dfas: Sequence[ByteDFA], starts: np.ndarray, what: str) -> tuple[np.
     block = _reachable(table, offsets[dfa_of], np.concatenate(alone))
     charge_states(first + len(block), what)
     check_time()  # the steps below copy every state's row: some seconds on the largest lexers
-    block_id = np.zeros(len(table), np.int64)
+    block_id = np.zeros(len(table), np.int32)
     block_id[block] = first + np.arange(len(block))
-    block_rows = np.where(table[block] != DEAD, block_id[table[block] + offsets[dfa_of[block], None]], DEAD)
-    transitions = np.concatenate([np.zeros((1, len(first_byte)), np.int64), *rows, block_rows])
+    # (a dead target is its DFA's state 0, never in the block: its id stays DEAD)
+    block_rows = block_id[table[block] + offsets[dfa_of[block], None].astype(np.int32)]
+    transitions = np.concatenate([np.zeros((1, len(first_byte)), np.int32), *rows, block_rows])
     in_block = transitions < 0
     transitions[in_block] = block_id[-1 - transitions[in_block]]
     check_time()
     block_tuples = np.zeros((len(block), len(dfas)), np.int32)
     block_tuples[np.arange(len(block)), dfa_of[block]] = block - offsets[dfa_of[block]]
-    return transitions[:, byte_class].astype(np.int32), np.concatenate([*order, block_tuples])
+    return transitions[:, byte_class], np.concatenate([*order, block_tuples])
 
 
 def _reachable(table: np.ndarray, offset: np.ndarray, sources: np.ndarray) -> np.ndarray:
     """int64[R], sorted: the stacked states reachable from ``sources`` in stacked DFAs
     (``table`` int32[S, C] of local targets, ``offset`` int64[S] of each state's DFA)."""
-    reached = np.zeros(len(table), bool)
+    reached, slot = np.zeros(len(table), bool), np.zeros(len(table), np.int64)
     frontier = np.unique(sources)
-    while len(frontier):
+    while len(frontier):  # a level a byte along a long chain (thousands): kept distinct without a sort
         reached[frontier] = True
         targets = table[frontier]
-        following = np.unique((targets + offset[frontier, None])[targets != DEAD])
-        frontier = following[~reached[following]]
+        following = (targets + offset[frontier, None])[targets != DEAD]
+        following = following[~reached[following]]
+        slot[following] = np.arange(len(following))
+        frontier = following[slot[following] == np.arange(len(following))]  # the last of each state
     return np.flatnonzero(reached)
 
 
