@@ -47,18 +47,28 @@ def resolve(marked: rx.Node, assertions: list[Lookaround]) -> ByteDFA:
     """The minimal DFA of the strings of ``marked`` (a tree with markers, `regex_ast.single_byte`
     nodes) whose every marker's assertion holds, markers erased."""
     bytes_ = [a.byte for a in assertions]
+    anything = _anything(bytes_)
     markers = rx.star(rx.alt(*map(rx.single_byte, bytes_)))
-    nonempty = rx.seq(markers, _CHAR, _anything(bytes_))
+    nonempty = rx.seq(markers, _CHAR, anything)
     kept = rx.to_dfa(marked)
     for a in assertions:  # one difference at a time: a union of all would track every one at once
         inner, at_edge = (_ignoring(_failing(lang, a.negative), bytes_) for lang in (a.inner, a.at_edge))
-        here = rx.single_byte(a.byte)
-        if a.ahead:
-            violations = rx.alt(rx.seq(nonempty, here, inner), rx.seq(markers, here, at_edge))
-        else:
-            violations = rx.alt(rx.seq(inner, here, nonempty), rx.seq(at_edge, here, markers))
-        kept = rx.difference(kept, rx.to_dfa(violations))
+        # Away from the far edge, then at it. A place whose marker no string holds needs no check:
+        # `^(?!...)` stands at the start alone, where a check of places anywhere made an automaton
+        # of thousands of subsets.
+        checks = [(nonempty, inner), (markers, at_edge)]
+        violations = [
+            _around(a, side, failing) for side, failing in checks if rx.intersect(kept, rx.to_dfa(_around(a, side, anything))).start != DEAD
+        ]
+        if violations:
+            kept = rx.difference(kept, rx.to_dfa(rx.alt(*violations)))
     return rx.substitute(kept, dict.fromkeys(bytes_, b""))
+
+
+def _around(a: Lookaround, side: rx.Node, text: rx.Node) -> rx.Node:
+    """``a``'s marker between ``side`` and ``text``, ``text`` on the side the assertion reads."""
+    here = rx.single_byte(a.byte)
+    return rx.seq(side, here, text) if a.ahead else rx.seq(text, here, side)
 
 
 def split_at_trailing(marked: rx.Node, assertions: list[Lookaround], i: int) -> tuple[rx.Node, rx.Node, rx.Chars] | None:
