@@ -6,6 +6,7 @@ import pytest
 
 import ananke_jax as aj
 from ananke_jax._src.compile import regex_ast as rx
+from ananke_jax._src.compile.automaton import CHECK_EVERY, NFABuilder, determinise
 from ananke_jax._src.compile.budget import charge_states, check_time, metered
 from ananke_jax._src.compile.regex import parse_regex
 from ananke_jax._src.json_schema import api as json_schema_api
@@ -153,6 +154,18 @@ _PATTERNS_ARRAY = {"type": "array", "items": {"type": "string", "pattern": "^[a-
 
 def _past_deadline(*args, **kwargs):
     raise aj.BudgetError("the compile ran past the compile budget max_seconds=5", budget="max_seconds")
+
+
+def test_a_dfa_of_lone_states_is_refused_as_it_is_built():
+    """Subset construction charges the budget every `CHECK_EVERY` states, those kept alone inside
+    a copied automaton included: a chain of 20,000 of them under a budget of 10,000 stops at
+    the first charge past it, not after it is built."""
+    chain = rx.to_dfa(rx.repeat(rx.chars("az"), 20_000, 20_000))
+    builder = NFABuilder()
+    fragment = builder.copy(chain)
+    expected = f"a DFA of {3 * CHECK_EVERY + 1:,} states is over the compile budget max_states=10,000"
+    with pytest.raises(aj.BudgetError, match=expected), metered(aj.CompileBudget(max_states=10_000)):
+        determinise(builder, fragment)
 
 
 def test_budgets_nest_and_end_with_their_compile():

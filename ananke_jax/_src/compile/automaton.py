@@ -498,19 +498,27 @@ def subset_construction(builder: NFABuilder, fragment: Fragment) -> tuple[np.nda
     ids: dict[frozenset[int], int] = {frozenset(): DEAD}
     order: list = [frozenset()]  # a kernel, or the NFA state of a subset kept alone
 
+    next_charge = CHECK_EVERY  # the states numbered when the budget is next charged
+
+    def numbered(state: frozenset[int] | int) -> int:
+        """A new state's id, the budget charged every `CHECK_EVERY` states of either kind (the
+        check of kernels alone missed whole runs of lone states: 126k states built past a cap of 87k)."""
+        nonlocal next_charge
+        if len(order) >= next_charge:
+            charge_dfa_states(len(order) + 1, "a DFA")
+            check_time()
+            next_charge += CHECK_EVERY
+        order.append(state)
+        return len(order) - 1
+
     def state_id(kernel_: frozenset[int]) -> int:
         """The id of a kernel, numbered on first sight (a lone state inside a copy by `single_id`)."""
         if len(kernel_) == 1 and inside[(s := next(iter(kernel_)))] >= 0:
             if single_id[s] < 0:
-                single_id[s] = len(order)
-                order.append(s)
+                single_id[s] = numbered(s)
             return int(single_id[s])
         if kernel_ not in ids:
-            if len(order) % CHECK_EVERY == 0:
-                charge_dfa_states(len(order) + 1, "a DFA")
-                check_time()
-            ids[kernel_] = len(order)
-            order.append(kernel_)
+            ids[kernel_] = numbered(kernel_)
         return ids[kernel_]
 
     # An empty start kernel (an empty language) still gets its own state 1.
