@@ -7,7 +7,7 @@ import functools
 import json
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from ananke_jax._src.compile import regex_ast as rx
 from ananke_jax._src.compile.automaton import DEAD, ByteDFA, pausing_gc
@@ -288,7 +288,7 @@ def _capped(vocab: Vocabulary, regular: Callable[[], RegularGrammar]) -> Regular
 
 
 def compile_in_pieces(
-    rules: Rules, vocab: Vocabulary, max_terminal: int, *, keep: frozenset[str] = frozenset(), gap_run: int | None = None, **options
+    rules: Rules, vocab: Vocabulary, max_terminal: int, *, keep: Collection[str] = (), gap_run: int | None = None, **options
 ) -> PushdownGrammar:
     """The pushdown engine over ``rules``, the ``keep`` rules (the recursive ones) nonterminals and
     the other pieces split into terminals of about ``max_terminal`` NFA states, whose estimates
