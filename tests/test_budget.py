@@ -42,7 +42,9 @@ def test_a_large_enum_is_refused_with_the_budget_and_compiles_under_a_larger_one
     with pytest.raises(aj.SchemaError, match="an enum's NFA of 237,780 states is over the compile budget max_states=200,000 at #"):
         aj.compile_json_schema(schema, sentencepiece_vocab)
     cg = aj.compile_json_schema(schema, sentencepiece_vocab, budget=aj.CompileBudget(max_states=10**6))
-    assert isinstance(cg, aj.RegularGrammar)
+    for text, member in [('"value-9999"', True), ('"value-0"', True), ('"value-10000"', False), ('"value-"', False)]:
+        matcher = aj.Matcher(cg, sentencepiece_vocab)
+        assert (matcher.accept_string(text) and matcher.is_completed()) == member, text
 
 
 def test_a_pattern_over_the_budget_names_its_subschema(sentencepiece_vocab):

@@ -252,6 +252,32 @@ def test_a_schema_whose_token_dfa_would_be_too_large_goes_to_the_pushdown_engine
     _assert_walks_alike(split, whole, sentencepiece_vocab, seed=8, walks=4, steps=40)
 
 
+@pytest.mark.parametrize("failure", [None, aj.BudgetError("pieces over", budget="max_table_bytes"), aj.GrammarError("an LR conflict")])
+def test_a_language_estimated_large_goes_to_the_pieces_first_and_to_one_token_dfa_where_they_fail(
+    failure, sentencepiece_vocab, monkeypatch
+):
+    """Over `PIECES_FIRST_STATES` NFA states (lowered here to ``person``'s), no token DFA is built
+    unless the pieces fail, for their size or not; masks are alike either way."""
+    whole = aj.compile_json_schema(REGULAR["person"], sentencepiece_vocab)
+    rules = json_schema_rules(REGULAR["person"], placeholder_gaps=True)
+    monkeypatch.setattr(json_schema_api, "PIECES_FIRST_STATES", rx.nfa_size(inline(rules, set())[rules.start]) - 1)
+    built = []
+    monkeypatch.setattr(json_schema_api, "_compile_regular", lambda *a, **k: built.append(1) or whole)
+    if failure is not None:
+        monkeypatch.setattr(json_schema_api, "compile_in_pieces", lambda *a, **k: (_ for _ in ()).throw(failure))
+    compiled = aj.compile_json_schema(REGULAR["person"], sentencepiece_vocab)
+    assert (compiled is whole) == bool(built) == (failure is not None)
+    if failure is None:
+        assert isinstance(compiled, aj.PushdownGrammar)
+        _assert_walks_alike(compiled, whole, sentencepiece_vocab, seed=9, walks=4, steps=40)
+
+
+def test_a_language_over_the_budget_both_ways_names_both_limits(sentencepiece_vocab, monkeypatch):
+    monkeypatch.setattr(json_schema_api, "PIECES_FIRST_STATES", 10)
+    with pytest.raises(aj.SchemaError, match=r"max_table_bytes=20,000.*; in pieces for the pushdown engine, .*max_table_bytes=20,000"):
+        aj.compile_json_schema(REGULAR["person"], sentencepiece_vocab, budget=aj.CompileBudget(max_table_bytes=20_000))
+
+
 @pytest.mark.parametrize("name", ["any_value", "person"])
 def test_outcome_walks_in_groups_of_source_states_give_the_same_tables(name, sentencepiece_vocab, monkeypatch):
     """The outcome walk takes the lexer states in groups (`outcome_walk._source_groups`), each

@@ -375,7 +375,7 @@ def test_a_long_bounded_run_of_any_visible_character_compiles_within_the_default
     from ananke_jax._src.json_schema import strings
 
     schema = {"type": "string", "pattern": r"^\S{1,1000}$"}
-    assert isinstance(aj.compile_json_schema(schema, sentencepiece_vocab), aj.RegularGrammar)
+    aj.compile_json_schema(schema, sentencepiece_vocab)  # within the default budget (a BudgetError if not)
     dfa = to_dfa(strings.string_body(0, None, [pattern_node(schema["pattern"])]))
     rng = np.random.default_rng(0)
     alphabet = ["a", "Z", "é", '"', "\\", "€", "😀", " ", "\n", "\u2003"]  # whitespace alike in ECMA-262 and Python

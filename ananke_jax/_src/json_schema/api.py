@@ -211,8 +211,8 @@ def compile_rules(
 ) -> RegularGrammar | PushdownGrammar:
     """Compile rules over regex trees (JSON Schemas, structural tags) for ``vocab``: one token
     DFA when no rule recurses, the language's NFA is estimated within the compile budget's
-    ``max_states``, its token DFA fits `_capped`'s cap (or the pieces fail) and ``engine`` is
-    ``"auto"``, else the pushdown engine, recursive rules as nonterminals and every piece
+    ``max_states``, its token DFA fits `_capped`'s cap (or the pieces fail), ``engine`` is
+    ``"auto"`` and the estimate is at most `PIECES_FIRST_STATES` (or the pieces fail), else the pushdown engine, recursive rules as nonterminals and every piece
     without references one terminal (a large one that several runs hold, one of its own; where
     one is over ``max_states``, such pieces are split as below, into terminals of about 16 x
     ``max_terminal`` NFA states).
@@ -240,10 +240,13 @@ def compile_rules(
             return compile_in_pieces(rules, vocab, 16 * max_terminal, keep=recursive, gap_run=gap_run, **options)
         except BudgetError as pieces:
             raise BudgetError(f"{whole}; in smaller terminals, {pieces}", budget=pieces.budget) from None
-    # One token DFA unless it would be over the budget; then the pushdown engine, in pieces.
+    # One token DFA unless it would be over the budget (or is large: the pieces first); then the pushdown engine, in pieces.
     root = inline(rules, set())[rules.start]
     regular = functools.partial(_compile_regular, root, vocab, gaps=gaps, max_whitespace=max_whitespace)
+    in_pieces = functools.partial(compile_in_pieces, rules, vocab, max_terminal, gap_run=gap_run, **options)
     size = rx.nfa_size(root)
+    if size > PIECES_FIRST_STATES and within_states(size):
+        return _pieces_first(in_pieces, functools.partial(_capped, vocab, regular), regular)
     try:
         charge_states(size, "a regex's NFA")
         return _capped(vocab, regular)
@@ -254,7 +257,7 @@ def compile_rules(
         if not within_states(size) and not within_states(rx.nfa_size(root, repeated=False)):  # nor could its pieces
             raise
     try:
-        return compile_in_pieces(rules, vocab, max_terminal, gap_run=gap_run, **options)
+        return in_pieces()
     except BudgetError as pieces:  # both ways are over the budget: name the limit each met
         raise BudgetError(f"{whole}; in pieces for the pushdown engine, {pieces}", budget=pieces.budget) from None
     except GrammarError as pieces:  # not for their size (LR conflicts, an ambiguous lexer)
@@ -264,6 +267,33 @@ def compile_rules(
             return regular()
         except BudgetError as again:
             raise BudgetError(f"{again}; in pieces for the pushdown engine, {pieces}", budget=again.budget) from None
+
+
+PIECES_FIRST_STATES = 20_000  # the NFA estimate above which a language goes to the pushdown engine in pieces first
+
+
+def _pieces_first(
+    in_pieces: Callable[[], PushdownGrammar], capped: Callable[[], RegularGrammar], regular: Callable[[], RegularGrammar]
+) -> RegularGrammar | PushdownGrammar:
+    """The pushdown engine in pieces, else one token DFA (capped where the pieces were over the
+    budget; where they failed for another reason, under the budget alone). Over
+    `PIECES_FIRST_STATES`, a schema's token DFA was mostly refused after seconds of work, or no
+    faster than the pieces: of the 10 real-world schemas of `bench/schema_corpus.py` from 20k to
+    200k NFA states, 7 token DFAs were refused (0.7-2.8 s lost each), and of the other 3 the
+    pieces were faster for 2 (0.8 -> 0.4 s, 2.2 -> 2.1 s) and slower for one (0.4 -> 0.5 s).
+    Below 20k, one token DFA was the faster for 11 of 16 from 5k up."""
+    try:
+        return in_pieces()
+    except BudgetError as e:
+        if e.budget == "max_seconds":
+            raise
+        pieces, whole = e, capped
+    except GrammarError as e:  # not for their size (LR conflicts, an ambiguous lexer)
+        pieces, whole = e, regular
+    try:
+        return whole()
+    except BudgetError as e:
+        raise BudgetError(f"{e}; in pieces for the pushdown engine, {pieces}", budget=e.budget) from None
 
 
 TOKEN_COLUMNS = 768  # the token columns assumed of a schema's token DFA on 131k tokens (about the median)
