@@ -12,7 +12,7 @@ import regex as regex_module
 
 import ananke_jax as aj
 from ananke_jax._src.compile import token_table
-from ananke_jax._src.compile.arrays import unique_inverse
+from ananke_jax._src.compile.arrays import sorted_unique, unique_inverse
 from ananke_jax._src.compile.regex import regex_to_dfa
 
 from oracles import REGEXES, ReferenceMasks, random_member, unpack
@@ -294,6 +294,18 @@ def test_unique_inverse_matches_numpy_with_and_without_the_table(seed):
         expected, expected_inverse = np.unique(keys, return_inverse=True)
         np.testing.assert_array_equal(distinct, expected)
         np.testing.assert_array_equal(inverse, expected_inverse)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sorted_unique_matches_numpy_with_and_without_the_table(seed):
+    rng = np.random.default_rng(seed)
+    for high, dtype in [(5, np.int64), (3_000, np.int32), (10**9, np.int64), (2**63, np.uint64)]:
+        keys = rng.integers(0, high, rng.integers(0, 5_000), dtype=dtype)  # the table from 1,025 keys
+        distinct = sorted_unique(keys)
+        np.testing.assert_array_equal(distinct, np.unique(keys))
+        assert distinct.dtype == keys.dtype
+    signed = rng.integers(-3, 3, 3_000)  # negative keys: the sort
+    np.testing.assert_array_equal(sorted_unique(signed), np.unique(signed))
 
 
 def test_spellings_are_shared_by_automata_with_the_same_byte_classes_and_spell_every_token(sentencepiece_vocab):

@@ -267,7 +267,11 @@ class _LoopOutcomes:
         of each entry, and the number of outcomes of each pair's value."""
         entries = self.columns
         width = int(entries.value.max(initial=0)) + 1
-        pairs, pair_of_entry = unique_inverse(entries.row * width + entries.value)
+        keys = entries.row * width + entries.value
+        # The entries come in long runs of rising rows (a class's, from one unit state): sorting
+        # and searching them is about twice as fast as `unique_inverse`'s stable order.
+        pairs = sorted_unique(keys)
+        pair_of_entry = np.searchsorted(pairs, keys)
         value = pairs % width
         return pairs // width, value, pair_of_entry, np.bincount(self.value[self.value < width], minlength=width)[value]
 
@@ -368,7 +372,7 @@ def _loop_outcomes(lexer: Lexer, loops: UnitLoops, vocab: Vocabulary, walk) -> _
     columns = loop_columns(loops, lexer.transitions, vocab, after_remainders)
     check_time()
     # Values below Q: the token completes no terminal and ends in that state.
-    states = np.unique(columns.value)
+    states = sorted_unique(columns.value)
     states = states[(states != DEAD) & (states < lexer.num_states)]
     tables.insert(0, (np.full((len(states), 1), -1, np.int32), np.zeros(len(states), np.int32), states.astype(np.int32)))
     values.insert(0, states)
