@@ -15,7 +15,7 @@ from lark.parsers import grammar_analysis
 from ananke_jax import CompileBudget, GrammarError
 from ananke_jax._src.compile.budget import metered
 from ananke_jax._src.compile.grammar_sets import grammar_sets
-from ananke_jax._src.compile.lr import _lalr_analyzer, fused_reductions, includes_lookback, lr_tables
+from ananke_jax._src.compile.lr import _lalr_analyzer, fused_reductions, includes_lookback, lr_tables, shared_columns
 from ananke_jax._src.engines.lr import ACCEPT, ERROR, MAX_RULE_LENGTH, REDUCE, SHIFT, SHIFT_REDUCE, LRActions, feed, pack_actions
 from ananke_jax._src.errors import BudgetError
 from ananke_jax._src.ir import grammar
@@ -113,7 +113,7 @@ def test_fused_reductions_read_a_number_in_one_action_where_the_tables_take_thre
     tables = lr_tables(ARITHMETIC.validate())
     fused = fused_reductions(tables)
     num, star, start = tables.terminals.index("NUM"), tables.terminals.index("STAR"), tables.start_state
-    nonterminal = {name: i for i, name in enumerate(tables.nonterminals)}
+    nonterminal = dict(zip(tables.nonterminals, tables.goto_column.tolist()))
     assert tables.action_kind[start, num, 0] == SHIFT
     assert fused.action_kind[start, num, 0] == SHIFT_REDUCE
     assert tables.rule_lhs[fused.action_arg[start, num, 0]] == nonterminal["f"]
@@ -287,9 +287,37 @@ def test_grammars_too_large_for_the_lalr_analysis_are_refused_before_it_and_deep
         sys.setrecursionlimit(limit)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_nonterminals_share_a_goto_column_only_where_no_state_has_a_goto_on_both(seed):
+    rng = np.random.default_rng(seed)
+    num_states, num_nonterminals = int(rng.integers(1, 60)), int(rng.integers(1, 40))
+    pairs = np.unique(rng.integers(0, [num_states, num_nonterminals], (int(rng.integers(0, 200)), 2)), axis=0)
+    column = shared_columns(pairs[:, 0], pairs[:, 1], num_states, num_nonterminals)
+    for state in range(num_states):
+        mine = column[pairs[pairs[:, 0] == state, 1]]
+        assert len(set(mine.tolist())) == len(mine), state
+    # At least the most gotos of one state; first fit takes at most one more than the most
+    # nonterminals any one shares a state with.
+    together = np.zeros((num_nonterminals, num_nonterminals), bool)
+    for state in range(num_states):
+        mine = pairs[pairs[:, 0] == state, 1]
+        together[np.ix_(mine, mine)] = True
+    most_shared = (together.sum(axis=1) - together.diagonal()).max(initial=0)
+    least = np.bincount(pairs[:, 0], minlength=num_states).max(initial=0)
+    assert max(1, least) <= column.max(initial=0) + 1 <= most_shared + 1
+
+
+def test_a_chain_of_nonterminals_in_one_state_each_shares_goto_columns():
+    """A bounded repeat's rules (501 nonterminals) make a goto table of a few columns, where a
+    column per nonterminal made it LR states x nonterminals (812 MB on a JSON Schema of 10,065)."""
+    tables = lr_tables(_nested_optionals(500))
+    assert len(tables.nonterminals) == 501 and tables.goto.shape[1] <= 4
+    for name, column in zip(tables.nonterminals, tables.goto_column):
+        assert (tables.goto[:, column] >= 0).any(), name
+
+
 def test_lr_tables_over_the_table_budget_are_refused_before_they_are_made():
-    """The goto table is dense (LR states x nonterminals: 812 MB on a JSON Schema of 20,000
-    rules): it is charged to ``max_table_bytes`` before it is allocated, and the action tables
+    """The goto table is dense (LR states x goto columns): it is charged to ``max_table_bytes`` before it is allocated, and the action tables
     with it before theirs are."""
     grammar = _nested_optionals(500)
     tables = lr_tables(grammar)
