@@ -181,8 +181,9 @@ def shared_columns(state: np.ndarray, nonterminal: np.ndarray, num_states: int, 
 
     A goto is read only after a reduction, from the state below the rule's symbols, which has a
     goto on the rule's left-hand side (every stack is a path of the LR(0) automaton), so the
-    other nonterminals of its column are never read there. A grammar of pieces has thousands of
-    nonterminals, each in few states: a JSON Schema of 10,065 took 812 MB of goto table, dense."""
+    other nonterminals of its column are never read there. The C grammar's 27 nonterminals take
+    9 columns; a schema's bounded repeat, one state of whose rules has a goto per count, takes
+    no fewer columns than counts (10,065 nonterminals in 5,001 columns: 812 -> 404 MB)."""
     order = np.lexsort((state, nonterminal))
     bounds = np.searchsorted(nonterminal[order], np.arange(num_nonterminals + 1))
     states_of = np.split(state[order], bounds[1:-1])

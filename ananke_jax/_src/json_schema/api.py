@@ -212,9 +212,10 @@ def compile_rules(
     """Compile rules over regex trees (JSON Schemas, structural tags) for ``vocab``: one token
     DFA when no rule recurses, the language's NFA is estimated within the compile budget's
     ``max_states``, its token DFA fits `_capped`'s cap (or the pieces fail), ``engine`` is
-    ``"auto"`` and the estimate is at most `PIECES_FIRST_STATES` (or the pieces fail), else the pushdown engine, recursive rules as nonterminals and every piece
-    without references one terminal (a large one that several runs hold, one of its own; where
-    one is over ``max_states``, such pieces are split as below, into terminals of about 16 x
+    ``"auto"`` and the estimate is at most `PIECES_FIRST_STATES` (or the pieces fail), else
+    the pushdown engine, recursive rules as nonterminals and every piece without references
+    one terminal (a large one that several runs hold, one of its own; where one is over
+    ``max_states``, such pieces are split as below, into terminals of about 16 x
     ``max_terminal`` NFA states).
 
     ``gaps``: the trees hold placeholder gaps (`gaps.GAP`), made runs of at most
@@ -240,7 +241,8 @@ def compile_rules(
             return compile_in_pieces(rules, vocab, 16 * max_terminal, keep=recursive, gap_run=gap_run, **options)
         except BudgetError as pieces:
             raise BudgetError(f"{whole}; in smaller terminals, {pieces}", budget=pieces.budget) from None
-    # One token DFA unless it would be over the budget (or is large: the pieces first); then the pushdown engine, in pieces.
+    # One token DFA unless it would be over the budget; then the pushdown engine, in pieces (and
+    # those first where the estimate is large).
     root = inline(rules, set())[rules.start]
     regular = functools.partial(_compile_regular, root, vocab, gaps=gaps, max_whitespace=max_whitespace)
     in_pieces = functools.partial(compile_in_pieces, rules, vocab, max_terminal, gap_run=gap_run, **options)
