@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 
 import numpy as np
 
@@ -28,7 +29,7 @@ _DENSE_ROWS_FACTOR = 8
 _MAX_PAIRS = 1 << 22
 # Levels of a trie walk with at most this many live children skip merging equal functions.
 _NARROW_LEVEL = 16
-_FILL_ENTRIES = 1 << 19  # loop entries written at once: the time between deadline checks
+_FILL_ENTRIES = 1 << 19  # loop cells written at once: the time between deadline checks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,21 +160,20 @@ def token_columns(
         pairs = concatenated_ranges(functions.offsets[function], lengths)
         columns[functions.origin[pairs], np.repeat(has, lengths)] = functions.state[pairs]
     if known is not None:
-        check_time()
-        known_class = parts[-1][0][member]
-        # Each loop entry into every column of its class (most cells are dead: not made dense;
-        # the loop rows are no walk's origins, so theirs are still all DEAD here).
-        has = np.flatnonzero(known_class >= 0)
-        by_class = has[stable_order(known_class[has])]
-        class_by_class = known_class[by_class]
-        for first in range(0, len(known.row), _FILL_ENTRIES):
+        # Each loop row's cells read its row of loop classes through each column's class (-1, no
+        # class: the DEAD column appended), a block of rows at a time: whole rows written, where a
+        # scatter of each entry into its class's columns took about twice as long.
+        column_class = parts[-1][0][member]
+        order = stable_order(known.row)
+        block = max(1, _FILL_ENTRIES // (known.num_classes + len(member) + 1))
+        bounds = np.searchsorted(known.row[order], np.arange(0, len(known.rows) + block, block))
+        for first, (lo, hi) in enumerate(itertools.pairwise(bounds.tolist())):
             check_time()
-            entries = slice(first, first + _FILL_ENTRIES)
-            loop_class, value = known.klass[entries], known.value[entries]
-            lo, hi = np.searchsorted(class_by_class, loop_class), np.searchsorted(class_by_class, loop_class, side="right")
-            columns[np.repeat(known.rows[known.row[entries]], hi - lo), by_class[concatenated_ranges(lo, hi - lo)]] = np.repeat(
-                value, hi - lo
-            )
+            entries = order[lo:hi]
+            rows = np.zeros((block, known.num_classes + 1), np.int32)  # (DEAD is 0)
+            rows[known.row[entries] - first * block, known.klass[entries]] = known.value[entries]
+            mine = known.rows[first * block : (first + 1) * block]
+            columns[mine, : len(member)] = rows[: len(mine)][:, column_class]
     of_group = np.full(groups.num_groups, -1, np.int64)
     of_group[kept] = classes[: len(kept)]
     return StringClasses(groups, of_group, remaining, walked, classes[len(kept) :], columns, len(member))
