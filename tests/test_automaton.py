@@ -467,3 +467,17 @@ def test_stable_order_is_numpys_stable_argsort(values, dtype):
         values = [abs(v) % 2**31 for v in values]
     x = np.array(values, dtype)
     np.testing.assert_array_equal(stable_order(x), np.argsort(x, kind="stable"))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_row_groups_number_distinct_rows_in_lexicographic_order(seed):
+    """Equal rows get equal ids, numbered as the distinct rows sort (bool rows, packed to bits
+    inside, as unsigned bytes and wider integers alike)."""
+    rng = np.random.default_rng(seed)
+    width = int(rng.integers(1, 40))
+    distinct = rng.random((int(rng.integers(1, 30)), width)) < 0.4
+    rows = distinct[rng.integers(0, len(distinct), 200)]
+    for typed in (rows, rows.astype(np.uint8), rows.astype(np.int32) * 7):
+        ids = automaton.row_groups(typed)
+        expected = np.unique(rows.astype(np.uint8), axis=0, return_inverse=True)[1].reshape(-1)
+        np.testing.assert_array_equal(ids, expected)

@@ -509,7 +509,7 @@ def _mask_parts(class_set: np.ndarray, token_class: np.ndarray, num_sets: int, w
     big = np.flatnonzero(size >= threshold)
     # A dense row is the tokens of the classes in its set: rows are made once per class pattern.
     members = (class_set[pair_state[big]] == pair_set[big][:, None]) & (class_size > 0)
-    row_of = row_groups(np.packbits(members, axis=1))  # np.unique(axis=0) took seconds on wide rows
+    row_of = row_groups(members)  # np.unique(axis=0) took seconds on wide rows
     patterns = np.empty((int(row_of.max(initial=-1)) + 1, members.shape[1]), bool)
     patterns[row_of] = members
     charge_bytes(4 * words * len(patterns), "the mask tables")

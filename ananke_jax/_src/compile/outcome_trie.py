@@ -141,7 +141,7 @@ def outcome_tries(
     paths = Paths(pending.shape[1])
     outcome_path = paths.of_rows(terminals, lengths)
     # An outcome's part of a trie: its path and the lookahead its final state needs.
-    need = row_groups(np.packbits(np.column_stack([pending_free, pending & ~pending_free[:, None]]), axis=1))
+    need = row_groups(np.column_stack([pending_free, pending & ~pending_free[:, None]]))
     outcome_key = unique_first_inverse(outcome_path * (int(need.max(initial=0)) + 1) + need[lexer_after])[2]
     completion, inputs = completions
     keys = np.where(state_outcomes >= 0, outcome_key[np.maximum(state_outcomes, 0)] + 1, 0)

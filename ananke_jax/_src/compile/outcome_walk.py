@@ -279,7 +279,7 @@ def _source_groups(lexer: Lexer, sources: np.ndarray) -> list[np.ndarray]:
     a third of the time."""
     if len(sources) <= GROUP_SOURCES:
         return [sources]
-    kind = row_groups(np.packbits(lexer.alive[sources], axis=1))
+    kind = row_groups(lexer.alive[sources])
     order = np.argsort(kind, kind="stable")
     bounds = [0]
     for end in (np.flatnonzero(np.diff(kind[order])) + 1).tolist():
