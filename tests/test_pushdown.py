@@ -12,7 +12,7 @@ import pytest
 
 import ananke_jax as aj
 from ananke_jax._src.bank import trie_parents
-from ananke_jax._src.compile.cfg import cfg_tables, compile_ir
+from ananke_jax._src.compile.cfg import _narrowed, cfg_tables, compile_ir
 from ananke_jax._src.compile.lark_lexer import NO_CUT
 from ananke_jax._src.compile.outcome_trie import _chunks, chunk_layout
 from ananke_jax._src.engines import lr as lr_engine
@@ -490,6 +490,30 @@ def test_trie_chunks_are_the_greedy_ones():
         parents = [-1 if j == 0 or rng.random() < 0.2 else int(rng.integers(-1, j)) for j in range(n)]
         for lanes in (1, 2, 5, 32):
             assert _chunks(np.asarray(parents, np.int32), lanes) == greedy(parents, lanes), (parents, lanes)
+
+
+def _widened(cg):
+    """``cg`` with its int16 tables widened to int32."""
+    int16 = [f.name for f in dataclasses.fields(cg) if getattr(getattr(cg, f.name), "dtype", None) == jnp.int16]
+    return dataclasses.replace(cg, **{name: getattr(cg, name).astype(jnp.int32) for name in int16}), int16
+
+
+def test_int16_tables_step_as_their_int32_widening_under_scan_vmap_and_jit():
+    """The tables narrowed to int16 (where their ids fit) give, under one jitted, vmapped
+    `lax.scan` and in a bank beside their widening, the masks and states of the widened tables;
+    ids past int16 keep int32."""
+    rng = np.random.default_rng(5)
+    vocab = aj.Vocabulary.from_tokens(_character_tokens(DANGLING_ELSE, rng, 20), eos_token_ids=[0])
+    cg = compile_ir(DANGLING_ELSE, vocab)
+    wide, narrowed = _widened(cg)
+    assert {"class_set", "outcome_lookahead", "sparse_set"} <= set(narrowed)
+    tokens = jnp.asarray(_random_walks(cg, vocab, rng, walks=4, steps=8), jnp.int32)
+    scan = jax.jit(_scan_walks)
+    chex.assert_trees_all_equal(scan(cg, tokens), scan(wide, tokens))
+    bank = aj.stack_grammars([cg, wide])
+    banked = jax.jit(jax.vmap(_scan_walks, in_axes=(0, None)))(bank, tokens)
+    chex.assert_trees_all_equal(jax.tree_util.tree_map(lambda x: x[0], banked), jax.tree_util.tree_map(lambda x: x[1], banked))
+    assert _narrowed(np.array([-1, 32767])).dtype == np.int16 and _narrowed(np.array([-1, 32768])).dtype == np.int64
 
 
 @pytest.mark.slow

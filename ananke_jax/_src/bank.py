@@ -80,11 +80,15 @@ _TRIE_LAYOUT = ("node_parent", "node_column", "chunk_start", "num_chunks", "node
 
 def per_lexer_state(cg: PushdownGrammar) -> dict[str, np.ndarray]:
     """``cg``'s tables on the host, those indexed by row (`PushdownGrammar.lexer_row`) gathered
-    to one row per lexer state."""
+    to one row per lexer state; int16 tables widened to int32 (ids are shifted on them)."""
     rows = np.asarray(cg.lexer_row)
     by_row = {field for field, (axes, _) in _CFG_AXES.items() if axes[0] == "D"} | set(_TRIE_LAYOUT)
-    host = {f.name: np.asarray(getattr(cg, f.name)) for f in dataclasses.fields(cg) if f.name not in STATIC_FIELDS}
+    host = {f.name: _widened(np.asarray(getattr(cg, f.name))) for f in dataclasses.fields(cg) if f.name not in STATIC_FIELDS}
     return {name: x[rows] if name in by_row else x for name, x in host.items()}
+
+
+def _widened(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.int32) if x.dtype == np.int16 else x
 
 
 def _axis_sizes(cg: PushdownGrammar) -> dict[str, int]:

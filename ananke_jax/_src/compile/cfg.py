@@ -637,6 +637,7 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     trie_tables = {name: getattr(tries, name)[tries.trie_of_state[member]] for name in _TRIE_TABLES}
     per_state = {"state_outcomes": t.state_outcomes, "outcome_lexer": tries.outcome_lexer, "lexer_row": lexer_row}
     tables = {**mask_tables, "mask_rows": mask_rows, **trie_tables, **per_state}
+    tables = {name: _narrowed(x) if name in _NARROW_TABLES else x for name, x in tables.items()}
     charge_bytes(
         sum(x.nbytes for x in (*tables.values(), t.token_class, t.set_members, lr.goto, lr.action_kind, lr.action_arg)),
         "the mask and LR tables",
@@ -666,6 +667,18 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         max_configs=max_configs,
         lanes=tries.lanes,
     )
+
+
+# Tables the engine only indexes with and compares (trie nodes, outcome sets, local indices),
+# not computes on: int16 where their ids fit. On 131k tokens the tables of 24 real-world
+# schemas' grammars, `{}`, C and JSON came to 1.94 GB instead of 2.63 (26% less).
+_NARROW_TABLES = ("outcome_node", "outcome_lookahead", "complete_node", "class_set", "state_sets", "dense_set", "sparse_set")
+
+
+def _narrowed(x: np.ndarray) -> np.ndarray:
+    """``x`` as int16 where its values fit, else as it is."""
+    int16 = np.iinfo(np.int16)
+    return x.astype(np.int16) if not x.size or (int16.min <= x.min() and x.max() <= int16.max) else x
 
 
 def _host(x, dtype=None) -> np.ndarray:

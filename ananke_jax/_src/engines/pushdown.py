@@ -70,14 +70,16 @@ class PushdownGrammar(Constraint):
         (see `ananke_jax._src.compile.outcome_trie`).
       state_outcomes: int32[Q, P], the global id of each lexer state's outcomes;
         outcome_terminals: int32[O, M], outcome_length: int32[O], their LR columns.
-      outcome_node: int32[D, P], outcome_lookahead: int32[D, P, L], outcome_free: bool[D, P]:
+      outcome_node: int[D, P], outcome_lookahead: int[D, P, L], outcome_free: bool[D, P]:
         each outcome's trie nodes; outcome_lexer: int32[Q, P], its final lexer state.
-      complete_node: int32[D, E], the trie nodes that complete the output at EOS.
+      complete_node: int[D, E], the trie nodes that complete the output at EOS.
       set_members: int32[NS, Z], the outcomes (local to a lexer state) of each outcome set.
-      token_class: int32[logits_width]; class_set: int32[D, C], each token's outcome set.
-      state_sets: int32[D, NSq], the sets that occur from a lexer state (local set 0: empty).
-      mask_rows: uint32[R, W]; dense_row, dense_set: int32[D, B]; sparse_token, sparse_set:
-        int32[D, Z]: a lexer state's mask is its rows and tokens whose (local) sets are valid.
+      token_class: int32[logits_width]; class_set: int[D, C], each token's outcome set.
+      state_sets: int[D, NSq], the sets that occur from a lexer state (local set 0: empty).
+      mask_rows: uint32[R, W]; dense_row: int32[D, B], dense_set: int[D, B]; sparse_token:
+        int32[D, Z], sparse_set: int[D, Z]: a lexer state's mask is its rows and tokens whose
+        (local) sets are valid.
+      (int: int16 where the ids fit, else int32; these tables are only indexed with.)
       eos_mask: uint32[W], the EOS bits.
       fallback_token: int32[], the first EOS id.
       vocab_size, logits_width: static vocabulary sizes.
