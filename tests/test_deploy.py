@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import ananke_jax as aj
+from ananke_jax._src.bank import outcome_rows
 from ananke_jax._src.engines.lr import SHIFT_REDUCE
 from ananke_jax.models import LlamaConfig, init_cache, init_params, make_step_fn
 
@@ -92,25 +93,31 @@ def test_exported_constrained_step_runs_on_reloaded_tables(tmp_path):
     assert _fresh_process(script, tmp_path) == expected
 
 
-def test_saved_tables_name_their_format_and_files_of_the_format_before_still_load(tmp_path):
+def test_saved_tables_name_their_format_and_files_of_the_formats_before_still_load(tmp_path):
     """Format 2 may hold fused shift-reductions, which a reader of format 1 would misread as
-    errors; a file of format 1 holds none and loads as it is; later formats are refused."""
+    errors; a file of format 1 holds none and loads as it is. Format 3 keeps each lexer state's
+    outcomes as a run; the rows of formats 1 and 2 load as runs. Later formats are refused."""
     cg = aj.compile_gbnf('root ::= "[" (item ("," item)*)? "]"\nitem ::= "true" | "false" | root', VOCAB)
     aj.save_constraint(cg, tmp_path / "cg.npz")
     with np.load(tmp_path / "cg.npz") as data:
         arrays = dict(data)
     header = json.loads(arrays.pop("__header__").tobytes())
-    assert header["format"] == 2 and (np.asarray(cg.action_kind) == SHIFT_REDUCE).any()
+    assert header["format"] == 3 and (np.asarray(cg.action_kind) == SHIFT_REDUCE).any()
 
-    def written_as(version):
+    def written_as(version, tables):
         path = tmp_path / f"format{version}.npz"
-        np.savez(path, __header__=np.frombuffer(json.dumps({**header, "format": version}).encode(), np.uint8), **arrays)
+        np.savez(path, __header__=np.frombuffer(json.dumps({**header, "format": version}).encode(), np.uint8), **tables)
         return path
 
-    loaded = aj.load_constraint(written_as(1))
-    assert all(np.array_equal(np.asarray(getattr(loaded, name)), value) for name, value in arrays.items())
-    with pytest.raises(ValueError, match="unknown constraint file format 3"):
-        aj.load_constraint(written_as(3))
+    width, start = cg.outcome_node.shape[1], arrays["outcome_start"]
+    as_rows = {name: outcome_rows(start, arrays[name], width) for name in ("state_outcomes", "outcome_lexer")}
+    older = {**{name: x for name, x in arrays.items() if name != "outcome_start"}, **as_rows}
+    assert (np.diff(start) < width).any()  # rows padded with -1, which runs leave out
+    for version in (1, 2):
+        loaded = aj.load_constraint(written_as(version, older))
+        assert all(np.array_equal(np.asarray(getattr(loaded, name)), value) for name, value in arrays.items())
+    with pytest.raises(ValueError, match="unknown constraint file format 4"):
+        aj.load_constraint(written_as(4, arrays))
 
 
 @pytest.mark.slow

@@ -56,13 +56,14 @@ _CFG_AXES = {
     "rule_lhs": (("R",), 0),
     "rule_length": (("R",), 0),
     "lexer_row": (("Q",), 0),
-    "state_outcomes": (("Q", "P"), -1),
+    "outcome_start": (("Q1",), 0),  # (a padded state's run is empty, or reversed: it has no outcome)
+    "state_outcomes": (("F",), -1),
     "outcome_terminals": (("O", "M"), 0),
     "outcome_length": (("O",), 0),
     "outcome_node": (("D", "P"), -1),
     "outcome_lookahead": (("D", "P", "L"), -1),
     "outcome_free": (("D", "P"), False),
-    "outcome_lexer": (("Q", "P"), -1),
+    "outcome_lexer": (("F",), -1),
     "complete_node": (("D", "E"), -1),
     "set_members": (("NS", "Z"), -1),
     "class_set": (("D", "C"), EMPTY_SET),
@@ -80,11 +81,23 @@ _TRIE_LAYOUT = ("node_parent", "node_column", "chunk_start", "num_chunks", "node
 
 def per_lexer_state(cg: PushdownGrammar) -> dict[str, np.ndarray]:
     """``cg``'s tables on the host, those indexed by row (`PushdownGrammar.lexer_row`) gathered
-    to one row per lexer state; int16 tables widened to int32 (ids are shifted on them)."""
+    to one row per lexer state, and each state's run of outcomes made a row of P (padded with
+    -1); int16 tables widened to int32 (ids are shifted on them)."""
     rows = np.asarray(cg.lexer_row)
     by_row = {field for field, (axes, _) in _CFG_AXES.items() if axes[0] == "D"} | set(_TRIE_LAYOUT)
     host = {f.name: _widened(np.asarray(getattr(cg, f.name))) for f in dataclasses.fields(cg) if f.name not in STATIC_FIELDS}
+    start, width = host.pop("outcome_start"), cg.outcome_node.shape[1]
+    host.update({name: outcome_rows(start, host[name], width) for name in ("state_outcomes", "outcome_lexer")})
     return {name: x[rows] if name in by_row else x for name, x in host.items()}
+
+
+def outcome_rows(start: np.ndarray, runs: np.ndarray, width: int) -> np.ndarray:
+    """int32[Q, ``width``]: the runs of each lexer state's outcomes (`PushdownGrammar.outcome_start`)
+    as rows padded with -1."""
+    counts = np.diff(start)
+    rows = np.full((len(counts), width), -1, np.int32)
+    rows[np.repeat(np.arange(len(counts)), counts), np.arange(len(runs)) - np.repeat(start[:-1], counts)] = runs
+    return rows
 
 
 def _widened(x: np.ndarray) -> np.ndarray:

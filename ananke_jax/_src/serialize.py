@@ -11,13 +11,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ananke_jax._src.compile.cfg import outcome_runs
 from ananke_jax._src.engines.pushdown import PushdownGrammar, PushdownState
 from ananke_jax._src.engines.regular import RegularGrammar, RegularState
 
 _KINDS = {"regular": RegularGrammar, "pushdown": PushdownGrammar}
 # Format 2: a pushdown table's action kinds may be SHIFT_REDUCE, which a reader of format 1 would
-# misread. Files of format 1 hold none and load as they are.
-_FORMAT, _READABLE = 2, (1, 2)
+# misread. Files of format 1 hold none and load as they are. Format 3: a pushdown grammar's
+# outcomes per lexer state are runs (`PushdownGrammar.outcome_start`); the rows of older files
+# are made runs when they load.
+_FORMAT, _READABLE = 3, (1, 2, 3)
 
 
 def save_constraint(constraint: RegularGrammar | PushdownGrammar, path: str | os.PathLike) -> None:
@@ -48,6 +51,9 @@ def load_constraint(path: str | os.PathLike) -> RegularGrammar | PushdownGrammar
         raise ValueError(f"{path}: not a saved ananke_jax constraint ({e})") from e
     if header.get("format") not in _READABLE or header.get("kind") not in _KINDS:
         raise ValueError(f"{path}: unknown constraint file format {header.get('format')!r}, kind {header.get('kind')!r}")
+    if header["kind"] == "pushdown" and "outcome_start" not in arrays:
+        runs = outcome_runs(*(np.asarray(arrays[name]) for name in ("state_outcomes", "outcome_lexer")))
+        arrays.update(zip(["outcome_start", "state_outcomes", "outcome_lexer"], map(jnp.asarray, runs)))
     return _KINDS[header["kind"]](**arrays, **header["static"])
 
 

@@ -635,7 +635,8 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     )
     mask_tables = {name: x[t.class_row[member]] for name, x in mask_tables.items()}
     trie_tables = {name: getattr(tries, name)[tries.trie_of_state[member]] for name in _TRIE_TABLES}
-    per_state = {"state_outcomes": t.state_outcomes, "outcome_lexer": tries.outcome_lexer, "lexer_row": lexer_row}
+    per_state = dict(zip(["outcome_start", "state_outcomes", "outcome_lexer"], outcome_runs(t.state_outcomes, tries.outcome_lexer)))
+    per_state["lexer_row"] = lexer_row
     tables = {**mask_tables, "mask_rows": mask_rows, **trie_tables, **per_state}
     tables = {name: _narrowed(x) if name in _NARROW_TABLES else x for name, x in tables.items()}
     charge_bytes(
@@ -667,6 +668,14 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         max_configs=max_configs,
         lanes=tries.lanes,
     )
+
+
+def outcome_runs(state_outcomes: np.ndarray, outcome_lexer: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows int[Q, P] of each lexer state's outcomes and final lexer states (padded with -1)
+    as runs (`PushdownGrammar.outcome_start`): most states have few of the P outcomes a state
+    may have (a fifth or less on real-world schemas), so rows took six times the bytes."""
+    has = state_outcomes >= 0
+    return np.append(0, np.cumsum(has.sum(axis=1))), state_outcomes[has], outcome_lexer[has]
 
 
 # Tables the engine only indexes with and compares (trie nodes, outcome sets, local indices),

@@ -417,7 +417,7 @@ def verdicts(cg, lr: LRActions, stack, depth, lexer, skip=False):
     node, lookahead = cg.outcome_node[row], cg.outcome_lookahead[row]
     terminals_ok = (node < 0) | accepted[jnp.maximum(node, 0)]
     lookahead_ok = ((lookahead >= 0) & accepted[jnp.maximum(lookahead, 0)]).any(axis=1)
-    used = cg.outcome_lexer[lexer] >= 0
+    used = cg.outcomes_used(lexer)
     valid = used & terminals_ok & (cg.outcome_free[row] | lookahead_ok)
     node_overflow = (node >= 0) & overflowed[jnp.maximum(node, 0)]
     lookahead_overflow = ((lookahead >= 0) & overflowed[jnp.maximum(lookahead, 0)]).any(axis=1)

@@ -61,7 +61,8 @@ jax.tree_util.register_dataclass(RegularPool, data_fields=[f.name for f in datac
 class PushdownPool:
     """The pushdown members' tables, in the layout of `PushdownGrammar` (global lexer states,
     LR states, outcomes, sets and mask rows; per lexer state, rows padded to the pool's widths:
-    each state its own row, ``lexer_row`` the identity),
+    each state its own row, ``lexer_row`` the identity, and ``state_outcomes``, ``outcome_lexer``
+    int32[Q, P] rows rather than runs),
     with the LR actions packed once at admission (`LRActions.action`) and per member:
     ``token_class`` int32[M, logits_width], ``lr_start``, ``lexer_start`` int32[M]; and
     ``lexer_member`` int32[Q], the member of each lexer state.
@@ -113,6 +114,13 @@ class PushdownPool:
     def token_classes(self, lexer: jax.Array, token: jax.Array) -> jax.Array:
         """int32[...]: the class of ``token`` in the member of each lexer state ``lexer``."""
         return self.token_class[self.lexer_member[lexer], jnp.clip(token, 0, self.logits_width - 1)]
+
+    def outcome_of(self, lexer: jax.Array, local: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """`PushdownGrammar.outcome_of`, from rows of the pool's width per lexer state."""
+        return self.state_outcomes[lexer, local], self.outcome_lexer[lexer, local]
+
+    def outcomes_used(self, lexer: jax.Array) -> jax.Array:
+        return self.outcome_lexer[lexer] >= 0
 
 
 _PUSHDOWN_META = ["logits_width", "stack_depth", "max_configs", "lanes", "rows_in_turn"]

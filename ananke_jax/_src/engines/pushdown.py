@@ -68,10 +68,11 @@ class PushdownGrammar(Constraint):
       node_parent, node_column, node_chunk: int32[D, N + lanes], chunk_start: int32[D, CH],
         num_chunks: int32[D]: the prefix tree of terminals to check from each lexer state
         (see `ananke_jax._src.compile.outcome_trie`).
-      state_outcomes: int32[Q, P], the global id of each lexer state's outcomes;
+      outcome_start: int32[Q + 1]; state_outcomes: int32[F], the global id of each lexer
+        state's outcomes, those of state q (local 0, 1, ...) from ``outcome_start[q]`` on;
         outcome_terminals: int32[O, M], outcome_length: int32[O], their LR columns.
       outcome_node: int[D, P], outcome_lookahead: int[D, P, L], outcome_free: bool[D, P]:
-        each outcome's trie nodes; outcome_lexer: int32[Q, P], its final lexer state.
+        each outcome's trie nodes; outcome_lexer: int32[F], its final lexer state.
       complete_node: int[D, E], the trie nodes that complete the output at EOS.
       set_members: int32[NS, Z], the outcomes (local to a lexer state) of each outcome set.
       token_class: int32[logits_width]; class_set: int[D, C], each token's outcome set.
@@ -99,6 +100,7 @@ class PushdownGrammar(Constraint):
     chunk_start: jax.Array
     num_chunks: jax.Array
     node_chunk: jax.Array
+    outcome_start: jax.Array
     state_outcomes: jax.Array
     outcome_terminals: jax.Array
     outcome_length: jax.Array
@@ -136,6 +138,16 @@ class PushdownGrammar(Constraint):
     def token_classes(self, lexer: jax.Array, token: jax.Array) -> jax.Array:
         """int32[...]: the class of ``token`` (int32[]) for `class_set` rows ``lexer`` (int32[...])."""
         return jnp.broadcast_to(self.token_class[jnp.clip(token, 0, self.logits_width - 1)], jnp.shape(lexer))
+
+    def outcome_of(self, lexer: jax.Array, local: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """int32[...] each: the global id and the final lexer state of the local outcomes
+        ``local`` of lexer states ``lexer``."""
+        at = self.outcome_start[lexer] + local
+        return self.state_outcomes[at], self.outcome_lexer[at]
+
+    def outcomes_used(self, lexer: jax.Array) -> jax.Array:
+        """bool[P]: the local outcomes that lexer state ``lexer`` (int32[]) has."""
+        return jnp.arange(self.outcome_node.shape[-1]) < self.outcome_start[lexer + 1] - self.outcome_start[lexer]
 
     def token_mask(self, state: PushdownState) -> jax.Array:
         return pushdown_mask(self, state)
@@ -283,10 +295,10 @@ def _follow(cg: PushdownGrammar, lr: LRActions, stack, depth, lexer, local, real
     """The configurations (one per fork, [F]) that the configuration ``stack``, ``depth``,
     ``lexer`` makes by following its outcome ``local`` (when ``real``, bool[]; otherwise no parser
     action runs), and bool[F], which forks took the outcome's terminals."""
-    outcome = cg.state_outcomes[lexer, local]
+    outcome, after = cg.outcome_of(lexer, local)
     length = jnp.where(real, cg.outcome_length[outcome], 0)
     p = feed(lr, stack, depth, cg.outcome_terminals[outcome], length)
-    return _Configs(p.stack, p.height, jnp.broadcast_to(cg.outcome_lexer[lexer, local], p.height.shape)), real & p.ok & (p.pos >= length)
+    return _Configs(p.stack, p.height, jnp.broadcast_to(after, p.height.shape)), real & p.ok & (p.pos >= length)
 
 
 def pushdown_advance(cg: PushdownGrammar, state: PushdownState, token) -> PushdownState:
