@@ -673,9 +673,9 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
 def outcome_runs(state_outcomes: np.ndarray, outcome_lexer: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rows int[Q, P] of each lexer state's outcomes and final lexer states (padded with -1)
     as runs (`PushdownGrammar.outcome_start`): most states have few of the P outcomes a state
-    may have (a fifth or less on real-world schemas), so rows took six times the bytes."""
+    may have (a fifth or less on real-world schemas), so rows took seven times the bytes."""
     has = state_outcomes >= 0
-    return np.append(0, np.cumsum(has.sum(axis=1))), state_outcomes[has], outcome_lexer[has]
+    return np.append(0, np.cumsum(has.sum(axis=1))).astype(np.int32), state_outcomes[has], outcome_lexer[has]
 
 
 # Tables the engine only indexes with and compares (trie nodes, outcome sets, local indices),

@@ -120,6 +120,7 @@ class PushdownPool:
         return self.state_outcomes[lexer, local], self.outcome_lexer[lexer, local]
 
     def outcomes_used(self, lexer: jax.Array) -> jax.Array:
+        """`PushdownGrammar.outcomes_used`, from the rows."""
         return self.outcome_lexer[lexer] >= 0
 
 
