@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ananke_jax as aj
-from ananke_jax._src.bank import outcome_rows
+from ananke_jax._src.bank import rows_of_runs
 from ananke_jax._src.engines.lr import SHIFT_REDUCE
 from ananke_jax.models import LlamaConfig, init_cache, init_params, make_step_fn
 
@@ -96,7 +96,8 @@ def test_exported_constrained_step_runs_on_reloaded_tables(tmp_path):
 def test_saved_tables_name_their_format_and_files_of_the_formats_before_still_load(tmp_path):
     """Format 2 may hold fused shift-reductions, which a reader of format 1 would misread as
     errors; a file of format 1 holds none and loads as it is. Format 3 keeps each lexer state's
-    outcomes as a run; the rows of formats 1 and 2 load as runs. Later formats are refused."""
+    outcomes and each row's sparse tokens as runs; the rows of formats 1 and 2 load as runs.
+    Later formats are refused."""
     cg = aj.compile_gbnf('root ::= "[" (item ("," item)*)? "]"\nitem ::= "true" | "false" | root', VOCAB)
     aj.save_constraint(cg, tmp_path / "cg.npz")
     with np.load(tmp_path / "cg.npz") as data:
@@ -110,12 +111,17 @@ def test_saved_tables_name_their_format_and_files_of_the_formats_before_still_lo
         return path
 
     width, start = cg.outcome_node.shape[1], arrays["outcome_start"]
-    as_rows = {name: outcome_rows(start, arrays[name], width) for name in ("state_outcomes", "outcome_lexer")}
-    older = {**{name: x for name, x in arrays.items() if name != "outcome_start"}, **as_rows}
+    as_rows = {name: rows_of_runs(start, arrays[name], width, -1) for name in ("state_outcomes", "outcome_lexer")}
+    as_rows.update(
+        {name: rows_of_runs(arrays["sparse_start"], arrays[name], cg.sparse_width, 0) for name in ("sparse_token", "sparse_set")}
+    )
+    older = {**{name: x for name, x in arrays.items() if name not in ("outcome_start", "sparse_start")}, **as_rows}
     assert (np.diff(start) < width).any()  # rows padded with -1, which runs leave out
+    assert header["static"].pop("sparse_width") == cg.sparse_width  # (older files have no such size)
     for version in (1, 2):
         loaded = aj.load_constraint(written_as(version, older))
         assert all(np.array_equal(np.asarray(getattr(loaded, name)), value) for name, value in arrays.items())
+        assert loaded.sparse_width == cg.sparse_width
     with pytest.raises(ValueError, match="unknown constraint file format 4"):
         aj.load_constraint(written_as(4, arrays))
 

@@ -71,8 +71,9 @@ _CFG_AXES = {
     "mask_rows": (("ROWS", "W"), 0),
     "dense_row": (("D", "B"), 0),
     "dense_set": (("D", "B"), 0),
-    "sparse_token": (("D", "SZ"), 0),
-    "sparse_set": (("D", "SZ"), 0),
+    "sparse_start": (("D1",), 0),
+    "sparse_token": (("SF",), 0),
+    "sparse_set": (("SF",), 0),
 }
 
 
@@ -84,19 +85,22 @@ def per_lexer_state(cg: PushdownGrammar) -> dict[str, np.ndarray]:
     to one row per lexer state, and each state's run of outcomes made a row of P (padded with
     -1); int16 tables widened to int32 (ids are shifted on them)."""
     rows = np.asarray(cg.lexer_row)
-    by_row = {field for field, (axes, _) in _CFG_AXES.items() if axes[0] == "D"} | set(_TRIE_LAYOUT)
+    sparse = ("sparse_token", "sparse_set")
+    by_row = {field for field, (axes, _) in _CFG_AXES.items() if axes[0] == "D"} | set(_TRIE_LAYOUT) | set(sparse)
     host = {f.name: _widened(np.asarray(getattr(cg, f.name))) for f in dataclasses.fields(cg) if f.name not in STATIC_FIELDS}
     start, width = host.pop("outcome_start"), cg.outcome_node.shape[1]
-    host.update({name: outcome_rows(start, host[name], width) for name in ("state_outcomes", "outcome_lexer")})
+    host.update({name: rows_of_runs(start, host[name], width, -1) for name in ("state_outcomes", "outcome_lexer")})
+    start = host.pop("sparse_start")
+    host.update({name: rows_of_runs(start, host[name], cg.sparse_width, 0) for name in sparse})
     return {name: x[rows] if name in by_row else x for name, x in host.items()}
 
 
-def outcome_rows(start: np.ndarray, runs: np.ndarray, width: int) -> np.ndarray:
-    """int32[Q, ``width``]: the runs of each lexer state's outcomes (`PushdownGrammar.outcome_start`)
-    as rows padded with -1."""
+def rows_of_runs(start: np.ndarray, runs: np.ndarray, width: int, fill: int) -> np.ndarray:
+    """int32[N, ``width``]: runs (row i's from ``start[i]`` to ``start[i + 1]``) as rows padded
+    with ``fill``."""
     counts = np.diff(start)
-    rows = np.full((len(counts), width), -1, np.int32)
-    rows[np.repeat(np.arange(len(counts)), counts), np.arange(len(runs)) - np.repeat(start[:-1], counts)] = runs
+    rows = np.full((len(counts), width), fill, np.int32)
+    rows[np.repeat(np.arange(len(counts)), counts), np.arange(start[-1]) - np.repeat(start[:-1], counts)] = runs[: start[-1]]
     return rows
 
 
@@ -133,7 +137,9 @@ def _pad_cfgs(grammars: Sequence[PushdownGrammar]) -> list[PushdownGrammar]:
     configuration budget and trie lanes (larger bounds only refuse less)."""
     each = [_axis_sizes(g) for g in grammars]
     sizes = {axis: max(s[axis] for s in each) for axis in each[0]}
-    bounds = {name: max(getattr(g, name) for g in grammars) for name in ("stack_depth", "max_configs", "lanes")}
+    bounds = {name: max(getattr(g, name) for g in grammars) for name in ("stack_depth", "max_configs", "lanes", "sparse_width")}
+    # (every row's window of the bank's Z sparse entries stays inside its grammar's padded table)
+    sizes["SF"] = max(int(g.sparse_start[-1]) for g in grammars) + bounds["sparse_width"]
     parents = [trie_parents(g) for g in grammars]
     nodes = max(len(p) for ps in parents for p in ps) + bounds["lanes"]
     layouts = [chunk_layout(ps, bounds["lanes"], nodes) for ps in parents]

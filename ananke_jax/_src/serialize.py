@@ -11,15 +11,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ananke_jax._src.compile.cfg import outcome_runs
+from ananke_jax._src.compile.cfg import outcome_runs, sparse_runs
 from ananke_jax._src.engines.pushdown import PushdownGrammar, PushdownState
 from ananke_jax._src.engines.regular import RegularGrammar, RegularState
 
 _KINDS = {"regular": RegularGrammar, "pushdown": PushdownGrammar}
 # Format 2: a pushdown table's action kinds may be SHIFT_REDUCE, which a reader of format 1 would
 # misread. Files of format 1 hold none and load as they are. Format 3: a pushdown grammar's
-# outcomes per lexer state are runs (`PushdownGrammar.outcome_start`); the rows of older files
-# are made runs when they load.
+# outcomes per lexer state and sparse tokens per row are runs (`PushdownGrammar.outcome_start`,
+# `sparse_start`); the rows of older files are made runs when they load.
 _FORMAT, _READABLE = 3, (1, 2, 3)
 
 
@@ -51,10 +51,14 @@ def load_constraint(path: str | os.PathLike) -> RegularGrammar | PushdownGrammar
         raise ValueError(f"{path}: not a saved ananke_jax constraint ({e})") from e
     if header.get("format") not in _READABLE or header.get("kind") not in _KINDS:
         raise ValueError(f"{path}: unknown constraint file format {header.get('format')!r}, kind {header.get('kind')!r}")
-    if header["kind"] == "pushdown" and "outcome_start" not in arrays:
-        runs = outcome_runs(*(np.asarray(arrays[name]) for name in ("state_outcomes", "outcome_lexer")))
-        arrays.update(zip(["outcome_start", "state_outcomes", "outcome_lexer"], map(jnp.asarray, runs)))
-    return _KINDS[header["kind"]](**arrays, **header["static"])
+    static = header["static"]
+    if header["kind"] == "pushdown" and header["format"] < 3:
+        rows = {name: np.asarray(arrays[name]) for name in ("state_outcomes", "outcome_lexer", "sparse_token", "sparse_set")}
+        runs = [*outcome_runs(rows["state_outcomes"], rows["outcome_lexer"]), *sparse_runs(rows["sparse_token"], rows["sparse_set"])]
+        names = ["outcome_start", "state_outcomes", "outcome_lexer", "sparse_start", "sparse_token", "sparse_set"]
+        arrays.update(zip(names, map(jnp.asarray, runs)))
+        static = {**static, "sparse_width": rows["sparse_token"].shape[1]}
+    return _KINDS[header["kind"]](**arrays, **static)
 
 
 for _cls in (RegularGrammar, PushdownGrammar):  # their static fields (ints) are the aux data

@@ -638,6 +638,8 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     per_state = dict(zip(["outcome_start", "state_outcomes", "outcome_lexer"], outcome_runs(t.state_outcomes, tries.outcome_lexer)))
     per_state["lexer_row"] = lexer_row
     tables = {**mask_tables, "mask_rows": mask_rows, **trie_tables, **per_state}
+    sparse_width = tables["sparse_token"].shape[1]
+    tables.update(zip(["sparse_start", "sparse_token", "sparse_set"], sparse_runs(tables.pop("sparse_token"), tables.pop("sparse_set"))))
     tables = {name: _narrowed(x) if name in _NARROW_TABLES else x for name, x in tables.items()}
     charge_bytes(
         sum(x.nbytes for x in (*tables.values(), t.token_class, t.set_members, lr.goto, lr.action_kind, lr.action_arg)),
@@ -667,6 +669,7 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
         stack_depth=stack_depth,
         max_configs=max_configs,
         lanes=tries.lanes,
+        sparse_width=sparse_width,
     )
 
 
@@ -676,6 +679,16 @@ def outcome_runs(state_outcomes: np.ndarray, outcome_lexer: np.ndarray) -> tuple
     may have (a fifth or less on real-world schemas), so rows took seven times the bytes."""
     has = state_outcomes >= 0
     return np.append(0, np.cumsum(has.sum(axis=1))).astype(np.int32), state_outcomes[has], outcome_lexer[has]
+
+
+def sparse_runs(token: np.ndarray, sets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows int[D, Z] of each row's sparse tokens and their local sets (padded with set 0) as
+    runs (`PushdownGrammar.sparse_start`), then Z entries of set 0, so that a row's window of Z
+    entries never passes the end: most rows list a sixth or less of the Z tokens of the busiest
+    (real-world schemas)."""
+    has = sets > 0
+    pad = np.zeros(sets.shape[1], sets.dtype)
+    return np.append(0, np.cumsum(has.sum(axis=1))).astype(np.int32), np.append(token[has], pad), np.append(sets[has], pad)
 
 
 # Tables the engine only indexes with and compares (trie nodes, outcome sets, local indices),

@@ -62,7 +62,7 @@ class PushdownPool:
     """The pushdown members' tables, in the layout of `PushdownGrammar` (global lexer states,
     LR states, outcomes, sets and mask rows; per lexer state, rows padded to the pool's widths:
     each state its own row, ``lexer_row`` the identity, and ``state_outcomes``, ``outcome_lexer``
-    int32[Q, P] rows rather than runs),
+    int32[Q, P], ``sparse_token``, ``sparse_set`` int32[Q, Z] rows rather than runs),
     with the LR actions packed once at admission (`LRActions.action`) and per member:
     ``token_class`` int32[M, logits_width], ``lr_start``, ``lexer_start`` int32[M]; and
     ``lexer_member`` int32[Q], the member of each lexer state.
@@ -122,6 +122,10 @@ class PushdownPool:
     def outcomes_used(self, lexer: jax.Array) -> jax.Array:
         """`PushdownGrammar.outcomes_used`, from the rows."""
         return self.outcome_lexer[lexer] >= 0
+
+    def sparse_entries(self, row: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """`PushdownGrammar.sparse_entries`, from the rows."""
+        return self.sparse_token[row], self.sparse_set[row]
 
 
 _PUSHDOWN_META = ["logits_width", "stack_depth", "max_configs", "lanes", "rows_in_turn"]

@@ -77,14 +77,16 @@ class PushdownGrammar(Constraint):
       set_members: int32[NS, Z], the outcomes (local to a lexer state) of each outcome set.
       token_class: int32[logits_width]; class_set: int[D, C], each token's outcome set.
       state_sets: int[D, NSq], the sets that occur from a lexer state (local set 0: empty).
-      mask_rows: uint32[R, W]; dense_row: int32[D, B], dense_set: int[D, B]; sparse_token:
-        int32[D, Z], sparse_set: int[D, Z]: a lexer state's mask is its rows and tokens whose
-        (local) sets are valid.
+      mask_rows: uint32[R, W]; dense_row: int32[D, B], dense_set: int[D, B]; sparse_start:
+        int32[D + 1], sparse_token: int32[SF], sparse_set: int[SF], each row's tokens listed one
+        by one from ``sparse_start[row]`` on (Z = ``sparse_width`` at most, then set 0 past the
+        last row's): a lexer state's mask is its rows and tokens whose (local) sets are valid.
       (int: int16 where the ids fit, else int32; these tables are only indexed with.)
       eos_mask: uint32[W], the EOS bits.
       fallback_token: int32[], the first EOS id.
       vocab_size, logits_width: static vocabulary sizes.
       stack_depth, max_configs, lanes: static bounds D, K and the trie nodes checked at once.
+      sparse_width: static Z.
     """
 
     lexer_start: jax.Array
@@ -116,6 +118,7 @@ class PushdownGrammar(Constraint):
     mask_rows: jax.Array
     dense_row: jax.Array
     dense_set: jax.Array
+    sparse_start: jax.Array
     sparse_token: jax.Array
     sparse_set: jax.Array
     eos_mask: jax.Array
@@ -125,6 +128,7 @@ class PushdownGrammar(Constraint):
     stack_depth: int
     max_configs: int
     lanes: int
+    sparse_width: int
 
     def init_state(self) -> PushdownState:
         """The state before any token: one configuration, the LR start state on the stack."""
@@ -148,6 +152,14 @@ class PushdownGrammar(Constraint):
     def outcomes_used(self, lexer: jax.Array) -> jax.Array:
         """bool[P]: the local outcomes that lexer state ``lexer`` (int32[]) has."""
         return jnp.arange(self.outcome_node.shape[-1]) < self.outcome_start[lexer + 1] - self.outcome_start[lexer]
+
+    def sparse_entries(self, row: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """int32[Z], int[Z]: the tokens that row ``row`` (int32[]) lists one by one, and their
+        local sets (0, never valid, past the row's run)."""
+        start = self.sparse_start[row]
+        token = jax.lax.dynamic_slice_in_dim(self.sparse_token, start, self.sparse_width)
+        sets = jax.lax.dynamic_slice_in_dim(self.sparse_set, start, self.sparse_width)
+        return token, jnp.where(jnp.arange(self.sparse_width) < self.sparse_start[row + 1] - start, sets, 0)
 
     def token_mask(self, state: PushdownState) -> jax.Array:
         return pushdown_mask(self, state)
@@ -175,7 +187,7 @@ class PushdownGrammar(Constraint):
         )
 
 
-STATIC_FIELDS = ["vocab_size", "logits_width", "stack_depth", "max_configs", "lanes"]
+STATIC_FIELDS = ["vocab_size", "logits_width", "stack_depth", "max_configs", "lanes", "sparse_width"]
 jax.tree_util.register_dataclass(
     PushdownGrammar,
     data_fields=[f.name for f in dataclasses.fields(PushdownGrammar) if f.name not in STATIC_FIELDS],
@@ -229,8 +241,8 @@ def _config_tokens(cg: PushdownGrammar, valid, lexer):
     rows = cg.mask_rows[cg.dense_row[row]]
     # The parts hold disjoint tokens, so adding them is OR-ing them.
     words = jnp.where(set_on[cg.dense_set[row]][:, None], rows, jnp.uint32(0)).sum(axis=0, dtype=jnp.uint32)
-    token = cg.sparse_token[row]
-    bits = jnp.where(set_on[cg.sparse_set[row]], jnp.left_shift(jnp.uint32(1), (token & 31).astype(jnp.uint32)), jnp.uint32(0))
+    token, sets = cg.sparse_entries(row)
+    bits = jnp.where(set_on[sets], jnp.left_shift(jnp.uint32(1), (token & 31).astype(jnp.uint32)), jnp.uint32(0))
     return words.at[token >> 5].add(bits)
 
 
