@@ -673,22 +673,25 @@ def compile_ir(grammar: Grammar, vocab: Vocabulary, *, stack_depth: int = 64, ma
     )
 
 
-def outcome_runs(state_outcomes: np.ndarray, outcome_lexer: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def as_runs(has: np.ndarray, *rows: np.ndarray, pad: int = 0) -> tuple[np.ndarray, ...]:
+    """Rows int[N, Z] whose entries ``has`` (bool[N, Z], each row's first ones) as runs of flat
+    tables: int32[N + 1], each row's start, then each table's entries followed by ``pad`` zeros."""
+    return np.append(0, np.cumsum(has.sum(axis=1))).astype(np.int32), *(np.append(x[has], np.zeros(pad, x.dtype)) for x in rows)
+
+
+def outcome_runs(state_outcomes: np.ndarray, outcome_lexer: np.ndarray) -> tuple[np.ndarray, ...]:
     """The rows int[Q, P] of each lexer state's outcomes and final lexer states (padded with -1)
     as runs (`PushdownGrammar.outcome_start`): most states have few of the P outcomes a state
     may have (a fifth or less on real-world schemas), so rows took seven times the bytes."""
-    has = state_outcomes >= 0
-    return np.append(0, np.cumsum(has.sum(axis=1))).astype(np.int32), state_outcomes[has], outcome_lexer[has]
+    return as_runs(state_outcomes >= 0, state_outcomes, outcome_lexer)
 
 
-def sparse_runs(token: np.ndarray, sets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sparse_runs(token: np.ndarray, sets: np.ndarray) -> tuple[np.ndarray, ...]:
     """The rows int[D, Z] of each row's sparse tokens and their local sets (padded with set 0) as
     runs (`PushdownGrammar.sparse_start`), then Z entries of set 0, so that a row's window of Z
     entries never passes the end: most rows list a sixth or less of the Z tokens of the busiest
     (real-world schemas)."""
-    has = sets > 0
-    pad = np.zeros(sets.shape[1], sets.dtype)
-    return np.append(0, np.cumsum(has.sum(axis=1))).astype(np.int32), np.append(token[has], pad), np.append(sets[has], pad)
+    return as_runs(sets > 0, token, sets, pad=sets.shape[1])
 
 
 # Tables the engine only indexes with and compares (trie nodes, outcome sets, local indices),
